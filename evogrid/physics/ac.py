@@ -1,0 +1,135 @@
+"""AC power flow by Newton-Raphson in polar coordinates (MATPOWER's newtonpf), fixed iteration count.
+
+The iteration count is static, so the solver vmaps without waiting for the
+slowest member of a batch (no while-loop); the result carries a converged flag
+(max |mismatch| below `tol` p.u. after the last iteration). Bus types follow
+MATPOWER's `bustypes`: a PV or reference bus with no in-service generator is
+treated as PQ. Generator reactive limits are not enforced (MATPOWER's default,
+ENFORCE_Q_LIMS = 0).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from evogrid.case.matpower import BUS_TYPE, PV, REF, VA, VG, VM, Case
+from evogrid.physics._common import as_float, branch_admittances, complex_dtype
+
+
+@struct.dataclass
+class ACNetwork:
+    """Arrays of the AC model of one case (p.u. on `base_mva`).
+
+    ybus: [n_bus, n_bus] complex bus admittance matrix
+    yff, yft, ytf, ytt: [n_branch] complex branch admittances; f_bus, t_bus: [n_branch] int
+    pvpq: [n_pv + n_pq] int, pq: [n_pq] int  bus indices whose angle / magnitude are unknowns
+    v0: [n_bus] complex starting voltage (generator set-points at PV/ref buses, case Vm/Va elsewhere)
+    """
+
+    ybus: jnp.ndarray
+    yff: jnp.ndarray
+    yft: jnp.ndarray
+    ytf: jnp.ndarray
+    ytt: jnp.ndarray
+    f_bus: jnp.ndarray
+    t_bus: jnp.ndarray
+    pvpq: jnp.ndarray
+    pq: jnp.ndarray
+    v0: jnp.ndarray
+    base_mva: float = struct.field(pytree_node=False, default=100.0)
+
+
+def bus_types(case: Case):
+    """(ref, pv, pq) internal bus indices as MATPOWER's bustypes defines them."""
+    has_gen = np.zeros(case.n_bus, bool)
+    has_gen[case.gen_bus] = True
+    types = case.bus[:, BUS_TYPE]
+    ref = np.flatnonzero((types == REF) & has_gen)
+    if ref.size == 0:
+        raise ValueError(f"{case.name}: the reference bus has no in-service generator; AC power flow needs one")
+    pv = np.flatnonzero((types == PV) & has_gen)
+    pq = np.setdiff1d(np.arange(case.n_bus), np.concatenate([ref[:1], pv]))
+    return ref[:1], pv, pq
+
+
+def make_ac_network(case: Case) -> ACNetwork:
+    yff, yft, ytf, ytt, ysh = branch_admittances(case)
+    n, f, t = case.n_bus, case.f_bus, case.t_bus
+    ybus = np.diag(ysh).astype(complex)
+    np.add.at(ybus, (f, f), yff)
+    np.add.at(ybus, (f, t), yft)
+    np.add.at(ybus, (t, f), ytf)
+    np.add.at(ybus, (t, t), ytt)
+    ref, pv, pq = bus_types(case)
+    v0 = case.bus[:, VM] * np.exp(1j * np.deg2rad(case.bus[:, VA]))
+    gen_at = np.concatenate([ref, pv])
+    vg = np.zeros(n)
+    vg[case.gen_bus[::-1]] = case.gen[::-1, VG]  # first generator's set-point wins, as in MATPOWER
+    v0[gen_at] = vg[gen_at] * v0[gen_at] / np.abs(v0[gen_at])
+    cx = lambda a: jnp.asarray(a, dtype=complex_dtype())  # noqa: E731
+    return ACNetwork(
+        ybus=cx(ybus), yff=cx(yff), yft=cx(yft), ytf=cx(ytf), ytt=cx(ytt),
+        f_bus=jnp.asarray(f), t_bus=jnp.asarray(t),
+        pvpq=jnp.asarray(np.concatenate([pv, pq]).astype(np.int32)), pq=jnp.asarray(pq.astype(np.int32)),
+        v0=cx(v0), base_mva=case.base_mva,
+    )
+
+
+def _mismatch(net: ACNetwork, v, s_bus):
+    mis = v * jnp.conj(net.ybus @ v) - s_bus
+    return jnp.concatenate([mis.real[net.pvpq], mis.imag[net.pq]])
+
+
+def _jacobian(net: ACNetwork, v):
+    ibus = net.ybus @ v
+    vnorm = v / jnp.abs(v)
+    diag_i = jnp.diag(ibus)
+    ds_dvm = v[:, None] * jnp.conj(net.ybus * vnorm[None, :]) + jnp.diag(jnp.conj(ibus) * vnorm)
+    ds_dva = 1j * v[:, None] * jnp.conj(diag_i - net.ybus * v[None, :])
+    j11 = ds_dva.real[net.pvpq][:, net.pvpq]
+    j12 = ds_dvm.real[net.pvpq][:, net.pq]
+    j21 = ds_dva.imag[net.pq][:, net.pvpq]
+    j22 = ds_dvm.imag[net.pq][:, net.pq]
+    return jnp.block([[j11, j12], [j21, j22]])
+
+
+def newton_raphson(net: ACNetwork, s_bus: jnp.ndarray, v0: jnp.ndarray | None = None, iters: int = 10, tol: float = 1e-8):
+    """Solve S_bus = V * conj(Ybus V) for the bus voltages.
+
+    Args:
+      s_bus: [n_bus] complex net injection (generation - load) in p.u.; entries that are
+        unknowns of the problem (P at the reference bus, Q at PV and reference buses) are ignored.
+      v0: [n_bus] complex starting point (default `net.v0`); its magnitudes at PV and
+        reference buses, and its angle at the reference bus, are held fixed.
+      iters: static number of Newton steps. tol: convergence threshold in p.u.
+    Returns:
+      (v [n_bus] complex, converged bool, max_mismatch p.u.)
+    """
+    v0 = net.v0 if v0 is None else v0
+    npvpq = net.pvpq.shape[0]
+    s_bus = s_bus.astype(v0.dtype)
+
+    def newton_step(v, _):
+        dx = jnp.linalg.solve(_jacobian(net, v), _mismatch(net, v, s_bus))
+        va = jnp.angle(v).at[net.pvpq].add(-dx[:npvpq])
+        vm = jnp.abs(v).at[net.pq].add(-dx[npvpq:])
+        return vm * jnp.exp(1j * va).astype(v.dtype), None
+
+    v, _ = jax.lax.scan(newton_step, v0, None, length=iters)
+    worst = jnp.max(jnp.abs(_mismatch(net, v, s_bus)))
+    return v, worst < tol, worst
+
+
+def bus_injections(net: ACNetwork, v: jnp.ndarray) -> jnp.ndarray:
+    """Complex power injected at each bus by the network solution, in MVA."""
+    return v * jnp.conj(net.ybus @ v) * net.base_mva
+
+
+def branch_flows(net: ACNetwork, v: jnp.ndarray):
+    """(S_from, S_to) complex branch flows in MVA, measured into the branch at each end."""
+    vf, vt = v[net.f_bus], v[net.t_bus]
+    s_from = vf * jnp.conj(net.yff * vf + net.yft * vt) * net.base_mva
+    s_to = vt * jnp.conj(net.ytf * vf + net.ytt * vt) * net.base_mva
+    return s_from, s_to
