@@ -1,0 +1,89 @@
+"""The `Environment` base class: public API, auto-reset and the action checks in one place.
+
+Subclasses write two pure functions, `reset_env(key, params) -> (obs, state)`
+and `step_env(key, state, action, params) -> (obs, state, reward, costs, done, info)`,
+plus the spaces and `constraint_names`.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from evogrid.utils.jax_utils import tree_stop_gradient, tree_where
+
+
+@struct.dataclass
+class EnvState:
+    time_step: jnp.ndarray  # int32, steps taken in the current episode
+
+
+@struct.dataclass
+class EnvParams:
+    max_steps: int = struct.field(pytree_node=False, default=48)
+    delta_t_hours: float = struct.field(pytree_node=False, default=0.5)
+
+
+class Environment:
+    """Base class. Instances are hashed by identity (they are static under jit): build once, reuse."""
+
+    def reset(self, key: jax.Array, params):
+        return self.reset_env(key, params)
+
+    def step(self, key: jax.Array, state, action, params):
+        """One transition with auto-reset.
+
+        When `done` is True the returned obs/state are those of a fresh episode,
+        reset with a key split off `key` (never the transition key); `done`,
+        `reward`, `costs` and `info` still describe the finished transition.
+        """
+        action = self._check_action(action, params)
+        key_step, key_reset = jax.random.split(key)
+        obs_st, state_st, reward, costs, done, info = self.step_env(key_step, state, action, params)
+        obs_re, state_re = self.reset_env(key_reset, params)
+        state = tree_where(done, state_re, state_st)
+        obs = jnp.where(done, obs_re, obs_st)
+        return obs, state, reward, costs, done, info
+
+    def step_auto_reset(self, key: jax.Array, state, action, params):
+        """`step` with `stop_gradient` on the returned obs and state: no gradient crosses an episode boundary."""
+        obs, state, reward, costs, done, info = self.step(key, state, action, params)
+        return jax.lax.stop_gradient(obs), tree_stop_gradient(state), reward, costs, done, info
+
+    def _check_action(self, action, params):
+        space = self.action_space(params)
+        action = jnp.asarray(action)
+        if action.shape != space.shape:
+            raise ValueError(
+                f"{type(self).__name__}: action has shape {action.shape}, expected {space.shape} "
+                f"(one value in [-1, 1] per controllable unit; batch with jax.vmap or TrainingWrapper)"
+            )
+        if not jnp.issubdtype(action.dtype, jnp.floating):
+            action = action.astype(jnp.zeros(()).dtype)
+        return action
+
+    # --- to be written by subclasses -------------------------------------------------
+    def reset_env(self, key, params):
+        raise NotImplementedError
+
+    def step_env(self, key, state, action, params):
+        raise NotImplementedError
+
+    def observation_space(self, params):
+        raise NotImplementedError
+
+    def action_space(self, params):
+        raise NotImplementedError
+
+    def constraint_names(self, params) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def num_constraints(self, params) -> int:
+        return len(self.constraint_names(params))
+
+
+def sanitize_action(action: jnp.ndarray):
+    """Replace NaN/inf by 0 (mid-range) and clip to [-1, 1]. Returns (action, n_nonfinite int32)."""
+    finite = jnp.isfinite(action)
+    clean = jnp.clip(jnp.where(finite, action, 0.0), -1.0, 1.0)
+    return clean, jnp.sum(~finite).astype(jnp.int32)

@@ -1,0 +1,49 @@
+"""Named tasks: `make("tso-case14")` -> (env, params).
+
+Names are "<task>-case<name>" with an optional "-ac" suffix for the AC
+Newton-Raphson mode, e.g. "tso-case5", "tso-case118-ac". Keyword arguments go
+to the task's `make_*_params`.
+"""
+from __future__ import annotations
+
+from evogrid.case import list_cases
+
+_TASKS = {}  # prefix -> (env class, params factory, case names it accepts)
+
+
+def register(prefix: str, env_cls, make_params, cases):
+    _TASKS[prefix] = (env_cls, make_params, tuple(cases))
+
+
+def list_tasks() -> list[str]:
+    names = []
+    for prefix, (_, _, cases) in _TASKS.items():
+        for c in cases:
+            names += [f"{prefix}-case{c}", f"{prefix}-case{c}-ac"]
+    return names
+
+
+def make(name: str, **kwargs):
+    """Build a named task: returns (env, params)."""
+    parts = name.lower().split("-")
+    ac = parts[-1] == "ac"
+    if ac:
+        parts = parts[:-1]
+    if len(parts) == 2 and parts[0] in _TASKS and parts[1].startswith("case"):
+        env_cls, make_params, cases = _TASKS[parts[0]]
+        case = parts[1].removeprefix("case")
+        if case in cases:
+            if ac:
+                kwargs["ac"] = True
+            return env_cls(), make_params(case, **kwargs)
+    shown = ", ".join(n for n in list_tasks() if not n.endswith("-ac"))
+    raise ValueError(f"unknown task {name!r}; known tasks: {shown} (append '-ac' for the AC power-flow mode)")
+
+
+def _register_builtin():
+    from evogrid.envs.trans import TransGridEnv, make_trans_params
+
+    register("tso", TransGridEnv, make_trans_params, [c for c in list_cases() if c != "33bw"])
+
+
+_register_builtin()

@@ -1,0 +1,233 @@
+"""TSO task: transmission dispatch on a MATPOWER case (PowerZooJax `TransGridEnv`).
+
+Each step the agent sets every generating unit's output for the next interval
+of `delta_t_hours`; actions in [-1, 1] map linearly onto [Pmin, Pmax] and are
+then held within ramp limits of the previous output. The slack unit (the first
+in-service unit at the reference bus) ignores its action and absorbs the
+imbalance, as the power flow's slack bus does. Physics per step:
+
+* DC mode (default): DC power flow through a PTDF built once at set-up.
+* AC mode (`ac=True`): Newton-Raphson with `ac_iters` fixed iterations, warm
+  started from the previous step's voltages; losses are borne by the slack.
+
+reward = -(generation cost in $ over the step) * reward_scale.
+Cost channels (p.u. on the case's baseMVA, never folded into the reward):
+  thermal      sum over branches of flow above RATE_A (MW in DC, MVA in AC)
+  balance      slack unit output outside [Pmin, Pmax]
+  ramp         slack unit ramp beyond its limit
+  voltage      (AC) sum of |V| outside [Vmin, Vmax]
+  ac_diverged  (AC) 1.0 when Newton-Raphson did not converge
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from evogrid.case import Case, load_case
+from evogrid.case.matpower import PD, PMAX, PMIN, QD, QG, RAMP_30, VMAX, VMIN
+from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
+from evogrid.envs.profiles import daily_load_profiles
+from evogrid.envs.spaces import Box
+from evogrid.physics import (
+    ACNetwork, DCNetwork, GenCost, branch_flows, bus_injections, dc_power_flow, generation_cost,
+    make_ac_network, make_dc_network, make_gen_cost, newton_raphson,
+)
+from evogrid.physics._common import as_float
+
+
+@struct.dataclass
+class TransState(EnvState):
+    day: jnp.ndarray      # int32 index into the params' load days
+    pg: jnp.ndarray       # [n_units] MW dispatched in the last interval
+    flow: jnp.ndarray     # [n_branch] MW (DC, signed from->to) or MVA (AC, larger end)
+    vm: jnp.ndarray       # [n_bus] p.u.
+    va: jnp.ndarray       # [n_bus] rad
+
+
+@struct.dataclass
+class TransParams(EnvParams):
+    """Everything a user may sweep is a leaf; `ac`, `ac_iters` and the horizon are static."""
+
+    load_p: jnp.ndarray = None     # [n_days, max_steps, n_bus] MW
+    load_q: jnp.ndarray = None     # [n_days, max_steps, n_bus] MVAr
+    pmin: jnp.ndarray = None       # [n_units] MW
+    pmax: jnp.ndarray = None       # [n_units] MW
+    ramp: jnp.ndarray = None       # [n_units] MW per step
+    qg: jnp.ndarray = None         # [n_units] MVAr used for units at PQ buses (AC)
+    rate: jnp.ndarray = None       # [n_branch] MVA, inf = unlimited
+    vmin: jnp.ndarray = None       # [n_bus] p.u.
+    vmax: jnp.ndarray = None       # [n_bus] p.u.
+    gen_bus: jnp.ndarray = None    # [n_units] int32
+    slack: jnp.ndarray = None      # [n_units] one-hot of the slack unit
+    reward_scale: jnp.ndarray = None
+    cost: GenCost = None
+    dc: DCNetwork = None
+    acn: ACNetwork | None = None
+    init: TransState = None        # [n_days] cached start-of-day states (see make_trans_params)
+    base_mva: float = struct.field(pytree_node=False, default=100.0)
+    ac: bool = struct.field(pytree_node=False, default=False)
+    ac_iters: int = struct.field(pytree_node=False, default=5)
+
+
+class TransGridEnv(Environment):
+    """Transmission dispatch. Use with `make_trans_params(case)`."""
+
+    def reset_env(self, key, params: TransParams):
+        n_days = params.load_p.shape[0]
+        day = jax.random.randint(key, (), 0, n_days)
+        state = jax.tree_util.tree_map(lambda x: x[day], params.init)
+        return self._obs(state, params), state
+
+    def step_env(self, key, state: TransState, action, params: TransParams):
+        action, n_bad = sanitize_action(action)
+        t = state.time_step
+        load_p = params.load_p[state.day, t]
+        load_q = params.load_q[state.day, t]
+        target = params.pmin + 0.5 * (action + 1.0) * (params.pmax - params.pmin)
+        lo = jnp.maximum(params.pmin, state.pg - params.ramp)
+        hi = jnp.minimum(params.pmax, state.pg + params.ramp)
+        pg = jnp.clip(target, lo, hi)
+        pg, flow, vm, va, extra = _solve(pg, load_p, load_q, state, params)
+
+        gen_cost = jnp.sum(generation_cost(params.cost, pg)) * params.delta_t_hours  # $
+        reward = -gen_cost * params.reward_scale
+        ps, ps_prev = jnp.sum(pg * params.slack), jnp.sum(state.pg * params.slack)
+        smin, smax, sramp = (jnp.sum(x * params.slack) for x in (params.pmin, params.pmax, params.ramp))
+        costs = [
+            jnp.sum(jnp.maximum(jnp.abs(flow) - params.rate, 0.0)),
+            jnp.maximum(ps - smax, 0.0) + jnp.maximum(smin - ps, 0.0),
+            jnp.maximum(jnp.abs(ps - ps_prev) - sramp, 0.0),
+        ]
+        if params.ac:
+            costs += [
+                jnp.sum(jnp.maximum(vm - params.vmax, 0.0) + jnp.maximum(params.vmin - vm, 0.0)) * params.base_mva,
+                (1.0 - extra["converged"]) * params.base_mva,
+            ]
+        costs = jnp.stack(costs) / params.base_mva
+        next_t = t + 1
+        new_state = TransState(time_step=next_t, day=state.day, pg=pg, flow=flow, vm=vm, va=va)
+        done = next_t >= params.max_steps
+        info = {
+            "gen_cost": gen_cost,
+            "slack_mw": ps,
+            "losses_mw": jnp.sum(pg) - jnp.sum(load_p),
+            "nonfinite_actions": n_bad,
+            "converged": extra["converged"],
+        }
+        return self._obs(new_state, params), new_state, reward, costs, done, info
+
+    def _obs(self, state: TransState, params: TransParams):
+        """[loads p.u. (n_bus), pg / Pmax (n_units), line loading (n_branch), sin, cos time-of-day, progress]."""
+        t = jnp.minimum(state.time_step, params.max_steps - 1)
+        rate = jnp.where(jnp.isfinite(params.rate), params.rate, params.base_mva)
+        hour = (t + 0.5) * params.delta_t_hours
+        phase = 2.0 * jnp.pi * hour / 24.0
+        return jnp.concatenate([
+            params.load_p[state.day, t] / params.base_mva,
+            state.pg / jnp.maximum(params.pmax, 1e-6),
+            jnp.abs(state.flow) / rate,
+            jnp.stack([jnp.sin(phase), jnp.cos(phase), state.time_step / params.max_steps]).astype(state.pg.dtype),
+        ])
+
+    def observation_space(self, params: TransParams) -> Box:
+        n = params.load_p.shape[-1] + params.pmax.shape[0] + params.rate.shape[0] + 3
+        return Box(-jnp.inf, jnp.inf, (n,))
+
+    def action_space(self, params: TransParams) -> Box:
+        return Box(-1.0, 1.0, (params.pmax.shape[0],))
+
+    def constraint_names(self, params: TransParams) -> tuple[str, ...]:
+        return ("thermal", "balance", "ramp") + (("voltage", "ac_diverged") if params.ac else ())
+
+
+def _solve(pg, load_p, load_q, state, params: TransParams):
+    """Power flow for a dispatch whose slack entry is to be determined. Returns (pg, flow, vm, va, extra)."""
+    n_bus = load_p.shape[0]
+    others = pg * (1.0 - params.slack)
+    gen_p = jax.ops.segment_sum(others, params.gen_bus, n_bus)
+    if not params.ac:
+        p_bus = gen_p - load_p
+        va, flow, p_ref = dc_power_flow(params.dc, p_bus)
+        ref_mask = params.dc.ref_mask
+        ps = p_ref - jnp.sum(p_bus * ref_mask)
+        return others + ps * params.slack, flow, jnp.ones_like(va), jnp.deg2rad(va), {"converged": jnp.asarray(1.0, pg.dtype)}
+    gen_q = jax.ops.segment_sum(params.qg, params.gen_bus, n_bus)
+    s_bus = ((gen_p - load_p) + 1j * (gen_q - load_q)) / params.base_mva
+    v0 = (state.vm * jnp.exp(1j * state.va)).astype(params.acn.v0.dtype)
+    v, converged, _ = newton_raphson(params.acn, s_bus, v0, iters=params.ac_iters, tol=_ac_tol(pg.dtype))
+    s_inj = bus_injections(params.acn, v)
+    ref = params.slack @ jax.nn.one_hot(params.gen_bus, n_bus, dtype=pg.dtype)  # [n_bus] one-hot of the ref bus
+    ps = jnp.sum((s_inj.real + load_p - gen_p) * ref)
+    s_from, s_to = branch_flows(params.acn, v)
+    flow = jnp.maximum(jnp.abs(s_from), jnp.abs(s_to))
+    return others + ps * params.slack, flow, jnp.abs(v), jnp.angle(v), {"converged": converged.astype(pg.dtype)}
+
+
+def _ac_tol(dtype):
+    return 1e-8 if dtype == jnp.float64 else 1e-4
+
+
+def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: float = 0.5, *, ac: bool = False,
+                      ac_iters: int = 5, n_days: int = 16, seed: int = 0, reward_scale: float = 1e-3,
+                      default_ramp_per_hour: float = 0.5, load_p=None, load_q=None) -> TransParams:
+    """Parameters of `TransGridEnv` for a case.
+
+    Loads: `n_days` seeded synthetic days ([n_days, max_steps, n_bus], double-peak
+    shape, peak at the case's Pd, per-bus noise), or pass `load_p` (and `load_q`)
+    yourself. Ramp limits: MATPOWER's RAMP_30 where the case has it (scaled to
+    the step), else `default_ramp_per_hour` * Pmax per hour.
+
+    `init` caches, per day, the start-of-day state (a dispatch proportional to
+    capacity and its power flow), so `reset` costs an index instead of a power
+    flow. It is derived from the loads: after changing load leaves, rebuild the
+    params with this function (passing `load_p`/`load_q`).
+    """
+    case = load_case(case) if not isinstance(case, Case) else case
+    if max_steps < 1 or delta_t_hours <= 0:
+        raise ValueError(f"max_steps must be >= 1 and delta_t_hours > 0, got {max_steps}, {delta_t_hours}")
+    if load_p is None:
+        load_p = daily_load_profiles(case.bus[:, PD], n_days, max_steps, delta_t_hours, seed=seed)
+        load_q = load_p * np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
+    load_p = np.asarray(load_p, float)
+    load_q = np.zeros_like(load_p) if load_q is None else np.asarray(load_q, float)
+    want = (max_steps, case.n_bus)
+    if load_p.ndim != 3 or load_p.shape[1:] != want or load_q.shape != load_p.shape:
+        raise ValueError(f"load_p and load_q must have shape [n_days, {want[0]}, {want[1]}], got {load_p.shape} and {load_q.shape}")
+    gen = case.gen
+    ramp = np.where(gen[:, RAMP_30] > 0, gen[:, RAMP_30] * delta_t_hours / 0.5,
+                    default_ramp_per_hour * gen[:, PMAX] * delta_t_hours)
+    slack = np.zeros(case.n_units)
+    slack[np.flatnonzero(case.gen_bus == case.ref_bus)[0]] = 1.0
+    params = TransParams(
+        max_steps=max_steps, delta_t_hours=delta_t_hours, base_mva=case.base_mva, ac=ac, ac_iters=ac_iters,
+        load_p=as_float(load_p), load_q=as_float(load_q),
+        pmin=as_float(gen[:, PMIN]), pmax=as_float(gen[:, PMAX]), ramp=as_float(ramp), qg=as_float(gen[:, QG]),
+        rate=as_float(case.rate_a), vmin=as_float(case.bus[:, VMIN]), vmax=as_float(case.bus[:, VMAX]),
+        gen_bus=jnp.asarray(case.gen_bus), slack=as_float(slack), reward_scale=as_float(reward_scale),
+        cost=make_gen_cost(case), dc=make_dc_network(case), acn=make_ac_network(case) if ac else None,
+    )
+    return params.replace(init=_initial_states(params))
+
+
+def _initial_states(params: TransParams) -> TransState:
+    """Start-of-day states [n_days]: units share the first interval's load in proportion to headroom."""
+    pmin, pmax = params.pmin, params.pmax
+
+    def one_day(load_p, load_q):
+        share = (jnp.sum(load_p) - jnp.sum(pmin)) / jnp.maximum(jnp.sum(pmax - pmin), 1e-6)
+        pg = pmin + jnp.clip(share, 0.0, 1.0) * (pmax - pmin)
+        n_bus = load_p.shape[0]
+        start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=jnp.zeros_like(params.rate),
+                           vm=jnp.abs(params.acn.v0).astype(pg.dtype) if params.ac else jnp.ones(n_bus, pg.dtype),
+                           va=jnp.angle(params.acn.v0).astype(pg.dtype) if params.ac else jnp.zeros(n_bus, pg.dtype))
+        if params.ac:  # a cold start needs more Newton steps than the warm-started env steps
+            params_cold = params.replace(ac_iters=max(params.ac_iters, 10))
+        else:
+            params_cold = params
+        pg, flow, vm, va, _ = _solve(pg, load_p, load_q, start, params_cold)
+        return start.replace(pg=pg, flow=flow, vm=vm, va=va)
+
+    states = jax.jit(jax.vmap(one_day))(params.load_p[:, 0], params.load_q[:, 0])
+    return states.replace(day=jnp.arange(params.load_p.shape[0], dtype=jnp.int32))

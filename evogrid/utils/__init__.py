@@ -1,0 +1,1 @@
+"""Utilities: `jax_utils` (jit boundary, PRNG and batch helpers)."""
