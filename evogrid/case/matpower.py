@@ -26,6 +26,7 @@ PQ, PV, REF, NONE = 1, 2, 3, 4
 GEN_BUS, PG, QG, QMAX, QMIN, VG, MBASE, GEN_STATUS, PMAX, PMIN = range(10)
 RAMP_AGC, RAMP_10, RAMP_30 = 16, 17, 18
 F_BUS, T_BUS, BR_R, BR_X, BR_B, RATE_A, RATE_B, RATE_C, TAP, SHIFT, BR_STATUS, ANGMIN, ANGMAX = range(13)
+PF, QF, PT, QT = 13, 14, 15, 16  # power-flow result columns (MW, MVAr), as written by MATPOWER solvers
 PW_LINEAR, POLYNOMIAL = 1, 2
 
 _MIN_COLS = {"bus": 13, "gen": 10, "branch": 11}
@@ -161,7 +162,7 @@ def _read_blocks(text: str, name: str) -> dict:
                 tokens = chunk.replace(",", " ").split()
                 if tokens:
                     rows.append((line_no, [_number(t, line_no, name) for t in tokens]))
-            if closed or i >= len(lines):
+            if closed or i >= len(lines) or _BLOCK.match(lines[i].split("%", 1)[0]):
                 break
             body = lines[i].split("%", 1)[0]
             i += 1

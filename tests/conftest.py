@@ -1,0 +1,51 @@
+"""Shared fixtures and reference-solver helpers (PYPOWER is MATPOWER's direct port)."""
+import warnings
+
+import numpy as np
+import pytest
+
+from evogrid.case import list_cases, load_case
+from evogrid.case.matpower import PD, PG, QD, QG
+
+ALL_CASES = list_cases()
+
+
+def ppc_of(case):
+    """The case as a PYPOWER/MATPOWER dict (only in-service elements, as MATPOWER's ext2int keeps)."""
+    ppc = dict(version="2", baseMVA=case.base_mva, bus=case.bus.copy(), gen=case.gen.copy(), branch=case.branch.copy())
+    if case.gencost is not None:
+        ppc["gencost"] = case.gencost.copy()
+    return ppc
+
+
+def pypower_opts():
+    from pypower.api import ppoption
+
+    return ppoption(VERBOSE=0, OUT_ALL=0, PF_TOL=1e-10, PF_MAX_IT=20)
+
+
+def bus_injection_mw(case, pg=None):
+    """Net P injection per bus in MW (generation - load) for dispatch `pg` (default: the case's)."""
+    p = np.zeros(case.n_bus)
+    np.add.at(p, case.gen_bus, case.gen[:, PG] if pg is None else pg)
+    return p - case.bus[:, PD]
+
+
+def bus_injection_pu(case):
+    s = np.zeros(case.n_bus, complex)
+    np.add.at(s, case.gen_bus, case.gen[:, PG] + 1j * case.gen[:, QG])
+    return (s - (case.bus[:, PD] + 1j * case.bus[:, QD])) / case.base_mva
+
+
+@pytest.fixture(scope="session")
+def cases():
+    return {name: load_case(name) for name in ALL_CASES}
+
+
+@pytest.fixture(autouse=True)
+def _quiet_reference_tools():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=PendingDeprecationWarning)
+        yield
