@@ -1,0 +1,222 @@
+"""Environment contract (PowerZooJax) and TSO physics inside the env."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import ppc_of, pypower_opts
+
+from evogrid.case import load_case
+from evogrid.case.matpower import PD, PG, QD, VA, VM
+from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
+from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
+
+CONTRACT_TASKS = ["tso-case5", "tso-case14-ac"]
+HORIZON = 3  # short episodes so a rollout crosses episode boundaries
+
+
+@pytest.fixture(scope="module", params=CONTRACT_TASKS)
+def task(request):
+    env, params = make(request.param, max_steps=HORIZON, n_days=4)
+    n_act = env.action_space(params).shape[0]
+    rollout = jax.jit(jax.vmap(lambda k, s, a: scan_rollout(env, k, s, params, a)))
+    return request.param, env, params, n_act, rollout, jax.jit(env.step), jax.jit(env.reset)
+
+
+def _actions(key, n, t, n_act):
+    return jax.random.uniform(key, (n, t, n_act), minval=-1.0, maxval=1.0)
+
+
+def test_auto_reset_inside_step(task):
+    _, env, params, n_act, _, step, reset = task
+    key = jax.random.key(0)
+    obs, state = env.reset(key, params)
+    assert state.time_step.dtype == jnp.int32 and int(state.time_step) == 0
+    for t in range(HORIZON):
+        step_key = jax.random.fold_in(key, t)
+        obs, state, reward, costs, done, info = step(step_key, state, jnp.zeros(n_act), params)
+        assert bool(done) == (t == HORIZON - 1)
+    # done is reported, and the state is already the fresh episode's, reset with a key split off the step key
+    assert int(state.time_step) == 0
+    obs_reset, state_reset = reset(jax.random.split(step_key)[1], params)
+    for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(state_reset)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(obs, obs_reset)
+    assert costs.shape == (len(env.constraint_names(params)),) and np.all(np.asarray(costs) >= 0)
+
+
+def test_step_auto_reset_stops_gradients(task):
+    _, env, params, n_act, _, step, reset = task
+    obs, state = env.reset(jax.random.key(1), params)
+    key = jax.random.key(2)
+
+    def through(step_fn, action):
+        obs, new_state, *_ = step_fn(key, state, action, params)
+        return jnp.sum(obs) + jnp.sum(new_state.pg)
+
+    # the action that asks every unit for its previous output, so no ramp limit binds
+    action = 2.0 * (state.pg - params.pmin) / (params.pmax - params.pmin) - 1.0
+    g_plain = jax.jit(jax.grad(lambda a: through(env.step, a)))(action)
+    g_stopped = jax.jit(jax.grad(lambda a: through(env.step_auto_reset, a)))(action)
+    assert np.any(np.asarray(g_plain) != 0)
+    np.testing.assert_array_equal(g_stopped, 0.0)
+
+
+def test_vmap_scan_across_episode_boundaries(task):
+    _, env, params, n_act, rollout, _, _ = task
+    n, t = 4, 2 * HORIZON + 1
+    keys = split_key_for_envs(jax.random.key(3), n)
+    obs0, states0 = batch_reset(env, keys, params)
+    acts = _actions(jax.random.key(4), n, t, n_act)
+    final, obs, rew, costs, dones, infos = rollout(split_key_for_envs(jax.random.key(5), n), states0, acts)
+    n_obs = env.observation_space(params).shape[0]
+    assert obs.shape == (n, t, n_obs) and rew.shape == (n, t) and dones.shape == (n, t)
+    assert costs.shape == (n, t, env.num_constraints(params))
+    assert infos["gen_cost"].shape == (n, t)
+    expected_done = (np.arange(t) % HORIZON) == HORIZON - 1
+    np.testing.assert_array_equal(np.asarray(dones), np.broadcast_to(expected_done, (n, t)))
+    np.testing.assert_array_equal(np.asarray(final.time_step), t % HORIZON)
+    assert np.all(np.isfinite(np.asarray(rew)))
+
+
+def test_no_recompilation_and_determinism(task):
+    name, env, params, n_act, *_ = task
+    traces = []
+
+    @jax.jit
+    def run(key, params):
+        traces.append(1)
+        keys = jax.random.split(key, 3)
+        _, states = batch_reset(env, keys, params)
+        acts = jnp.zeros((3, n_act))
+        return batch_step(env, keys, states, acts, params)
+
+    out1 = run(jax.random.key(7), params)
+    out2 = run(jax.random.key(8), params)
+    # a swept value (a params leaf) changes the numbers, not the program
+    out3 = run(jax.random.key(7), params.replace(reward_scale=params.reward_scale * 2))
+    assert len(traces) == 1
+    out1b = run(jax.random.key(7), params)
+    for a, b in zip(jax.tree_util.tree_leaves(out1), jax.tree_util.tree_leaves(out1b)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(out3[2], 2 * out1[2], rtol=1e-6)
+    assert len(traces) == 1 and out2[2].shape == (3,)
+
+
+def test_bad_actions(task):
+    _, env, params, n_act, _, step, reset = task
+    obs, state = env.reset(jax.random.key(0), params)
+    with pytest.raises(ValueError, match=rf"action has shape \({n_act + 1},\), expected \({n_act},\)"):
+        env.step(jax.random.key(1), state, jnp.zeros(n_act + 1), params)
+    with pytest.raises(ValueError, match="expected"):
+        jax.jit(lambda a: env.step(jax.random.key(1), state, a, params))(jnp.zeros((2, n_act)))
+    bad = jnp.zeros(n_act).at[0].set(jnp.nan).at[-1].set(jnp.inf)
+    out_bad = step(jax.random.key(1), state, bad, params)
+    out_zero = step(jax.random.key(1), state, jnp.zeros(n_act), params)
+    assert int(out_bad[5]["nonfinite_actions"]) == 2 and int(out_zero[5]["nonfinite_actions"]) == 0
+    np.testing.assert_array_equal(out_bad[2], out_zero[2])  # NaN/inf act as 0 (mid-range)
+    assert np.all(np.isfinite(np.asarray(out_bad[0])))
+
+
+@pytest.mark.parametrize("name", ["tso-case9", "tso-case30", "tso-case57", "tso-case118"])
+def test_every_transmission_case_steps_under_jit(name):
+    env, params = make(name, max_steps=4, n_days=2)
+    obs, state = env.reset(jax.random.key(0), params)
+    out = jax.jit(env.step)(jax.random.key(1), state, jnp.zeros(env.action_space(params).shape), params)
+    assert out[0].shape == env.observation_space(params).shape and np.isfinite(float(out[2]))
+
+
+def test_registry():
+    assert {"tso-case5", "tso-case14", "tso-case118-ac"} <= set(list_tasks())
+    with pytest.raises(ValueError, match=r"unknown task 'tso-case7'.*tso-case14"):
+        make("tso-case7")
+    with pytest.raises(ValueError, match="unknown task 'dso-case14'"):
+        make("dso-case14")
+
+
+def _one_step(params, action, day=0):
+    env = TransGridEnv()
+    state = jax.tree_util.tree_map(lambda x: x[day], params.init)
+    return state, env.step_env(jax.random.key(0), state, action, params)
+
+
+def test_dc_dispatch_balance_ramp_and_costs():
+    """Case5 in DC: balance, action mapping, ramp clipping and the cost channels by hand."""
+    with jax.enable_x64(True):
+        case = load_case("5")
+        params = make_trans_params(case, max_steps=4, n_days=2)
+        action = jnp.array([1.0, -1.0, 0.0, 1.0, 0.3])
+        state, (obs, new, reward, costs, done, info) = _one_step(params, action)
+        load = np.asarray(params.load_p[0, 0])
+        pg = np.asarray(new.pg)
+        # lossless DC: generation equals load (case5 has no shunts)
+        np.testing.assert_allclose(pg.sum(), load.sum(), rtol=1e-12)
+        # unit 0 (Pmax 40) asked for +1: Pmax, or its previous output plus the ramp (0.5 * Pmax/h * 0.5 h)
+        prev = np.asarray(state.pg)
+        np.testing.assert_allclose(pg[0], min(40.0, prev[0] + 0.25 * 40.0))
+        np.testing.assert_allclose(pg[1], max(0.0, prev[1] - 0.25 * 170.0))  # asked for Pmin
+        slack = int(np.argmax(np.asarray(params.slack)))
+        assert case.gen_bus[slack] == case.ref_bus
+        # cost: linear gencost c1 * P over 0.5 h, scaled by 1e-3
+        c1 = case.gencost[:, 4]
+        np.testing.assert_allclose(float(info["gen_cost"]), np.sum(c1 * pg) * 0.5, rtol=1e-12)
+        np.testing.assert_allclose(float(reward), -np.sum(c1 * pg) * 0.5 * 1e-3, rtol=1e-12)
+        flow = np.asarray(new.flow)
+        over = np.maximum(np.abs(flow) - case.rate_a, 0.0).sum() / 100.0
+        np.testing.assert_allclose(float(costs[0]), over, rtol=1e-12, atol=1e-12)
+        ps = pg[slack]
+        np.testing.assert_allclose(float(costs[1]), max(ps - 200.0, 0) / 100 + max(-ps, 0) / 100, atol=1e-12)
+        ramp_s = 0.25 * 200.0
+        np.testing.assert_allclose(float(costs[2]), max(abs(ps - prev[slack]) - ramp_s, 0) / 100, atol=1e-12)
+
+
+def test_thermal_cost_is_positive_when_a_line_overloads():
+    """Case5 at night (~583 MW): units 3 and 5 at full output push ~305 MW over the 240 MW line 4-5."""
+    with jax.enable_x64(True):
+        params = make_trans_params("5", max_steps=4, n_days=1, default_ramp_per_hour=100.0)
+        _, (_, new, _, costs, _, _) = _one_step(params, jnp.array([-1.0, -1.0, 1.0, -1.0, 1.0]))
+        flow = np.abs(np.asarray(new.flow))
+        assert flow[5] > 240.0 and flow[0] < 400.0  # only line 4-5 (rated 240 MW) is over its rating
+        np.testing.assert_allclose(float(costs[0]), (flow[5] - 240.0) / 100.0, rtol=1e-12)
+
+
+def test_ac_mode_matches_pypower_for_the_env_dispatch():
+    """The AC env's solved state equals PYPOWER's runpf for the same dispatch and loads."""
+    from pypower.api import runpf
+
+    with jax.enable_x64(True):
+        case = load_case("14")
+        params = make_trans_params(case, max_steps=4, n_days=2, ac=True, ac_iters=8)
+        _, (_, new, _, costs, _, info) = _one_step(params, jnp.array([0.0, 0.5, -0.5, 0.2, 0.9]), day=1)
+        assert float(info["converged"]) == 1.0 and float(costs[-1]) == 0.0
+        ppc = ppc_of(case)
+        ppc["bus"][:, PD] = np.asarray(params.load_p[1, 0])
+        ppc["bus"][:, QD] = np.asarray(params.load_q[1, 0])
+        ppc["gen"][:, PG] = np.asarray(new.pg)
+        ref, ok = runpf(ppc, pypower_opts())
+        assert ok
+        np.testing.assert_allclose(np.asarray(new.vm), ref["bus"][:, VM], atol=1e-6)
+        np.testing.assert_allclose(np.rad2deg(np.asarray(new.va)), ref["bus"][:, VA], atol=1e-5)
+        # the slack unit's output is PYPOWER's, losses included
+        np.testing.assert_allclose(np.asarray(new.pg), ref["gen"][:, PG], atol=1e-5)
+        np.testing.assert_allclose(float(info["losses_mw"]), ref["gen"][:, PG].sum() - ref["bus"][:, PD].sum(), atol=1e-5)
+
+
+def test_load_profiles_are_seeded_double_peak():
+    p1 = make_trans_params("14", n_days=3, seed=1)
+    p2 = make_trans_params("14", n_days=3, seed=1)
+    p3 = make_trans_params("14", n_days=3, seed=2)
+    np.testing.assert_array_equal(p1.load_p, p2.load_p)
+    assert not np.array_equal(p1.load_p, p3.load_p)
+    total = np.asarray(p1.load_p).sum(-1).mean(0)  # [48] half-hours
+    hours = (np.arange(48) + 0.5) / 2
+    morning, evening = total[(hours > 6) & (hours < 12)].max(), total[(hours > 16) & (hours < 22)].max()
+    assert total[(hours > 12) & (hours < 15)].min() < min(morning, evening)  # a midday dip between peaks
+    assert total[hours < 5].max() < 0.75 * evening  # night trough
+    assert np.asarray(p1.load_p).max() <= load_case("14").bus[:, PD].max() * 1.2
+
+
+def test_bad_params():
+    with pytest.raises(ValueError, match=r"load_p and load_q must have shape \[n_days, 48, 14\]"):
+        make_trans_params("14", load_p=np.ones((2, 10, 14)))
+    with pytest.raises(ValueError, match="max_steps must be >= 1"):
+        make_trans_params("14", max_steps=0)
