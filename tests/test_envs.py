@@ -220,3 +220,22 @@ def test_bad_params():
         make_trans_params("14", load_p=np.ones((2, 10, 14)))
     with pytest.raises(ValueError, match="max_steps must be >= 1"):
         make_trans_params("14", max_steps=0)
+
+
+def test_scan_rollout_equals_python_loop_of_step_auto_reset(task):
+    """scan_rollout hoists each step's key split out of the loop: same keys, so the same resets (days)
+    and done flags; floats agree to round-off (two compiled programs may fuse sums differently)."""
+    _, env, params, n_act, _, step, reset = task
+    key = jax.random.key(11)
+    obs, state = reset(jax.random.key(12), params)
+    actions = jax.random.uniform(jax.random.key(13), (2 * HORIZON, n_act), minval=-1, maxval=1)
+    final, obs_traj, rew_traj, cost_traj, done_traj, _ = jax.jit(lambda k, s, a: scan_rollout(env, k, s, params, a))(key, state, actions)
+    auto_reset = jax.jit(env.step_auto_reset)
+    for t, k in enumerate(jax.random.split(key, actions.shape[0])):
+        obs, state, reward, costs, done, _ = auto_reset(k, state, actions[t], params)
+        np.testing.assert_allclose(obs, obs_traj[t], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(reward, rew_traj[t], rtol=1e-6)
+        np.testing.assert_allclose(costs, cost_traj[t], rtol=1e-5, atol=1e-6)
+        assert bool(done) == bool(done_traj[t])
+    assert int(state.day) == int(final.day) and int(state.time_step) == int(final.time_step)
+    np.testing.assert_allclose(state.pg, final.pg, rtol=1e-5)

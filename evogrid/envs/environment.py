@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from evogrid.utils.jax_utils import tree_stop_gradient, tree_where
+from evogrid.utils.jax_utils import stop_obs_state_gradient, tree_where
 
 
 @struct.dataclass
@@ -37,8 +37,17 @@ class Environment:
         reset with a key split off `key` (never the transition key); `done`,
         `reward`, `costs` and `info` still describe the finished transition.
         """
-        action = self._check_action(action, params)
         key_step, key_reset = jax.random.split(key)
+        return self.step_with_reset_key(key_step, key_reset, state, action, params)
+
+    def step_with_reset_key(self, key_step: jax.Array, key_reset: jax.Array, state, action, params):
+        """`step` with its key already split: `step(key, ...) == step_with_reset_key(*jax.random.split(key), ...)`.
+
+        `scan_rollout` splits all T step keys at once before its loop and calls
+        this, so the per-step split (a threefry hash, a rolled loop on CPU) is
+        vectorised instead of paid inside every iteration; results are identical.
+        """
+        action = self._check_action(action, params)
         obs_st, state_st, reward, costs, done, info = self.step_env(key_step, state, action, params)
         obs_re, state_re = self.reset_env(key_reset, params)
         state = tree_where(done, state_re, state_st)
@@ -47,8 +56,7 @@ class Environment:
 
     def step_auto_reset(self, key: jax.Array, state, action, params):
         """`step` with `stop_gradient` on the returned obs and state: no gradient crosses an episode boundary."""
-        obs, state, reward, costs, done, info = self.step(key, state, action, params)
-        return jax.lax.stop_gradient(obs), tree_stop_gradient(state), reward, costs, done, info
+        return stop_obs_state_gradient(self.step(key, state, action, params))
 
     def _check_action(self, action, params):
         space = self.action_space(params)

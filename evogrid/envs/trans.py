@@ -30,8 +30,9 @@ from evogrid.case.matpower import PD, PMAX, PMIN, QD, QG, RAMP_30, VMAX, VMIN
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
 from evogrid.envs.profiles import daily_load_profiles
 from evogrid.envs.spaces import Box
+from evogrid.utils.jax_utils import uniform_index
 from evogrid.physics import (
-    ACNetwork, DCNetwork, GenCost, branch_flows, bus_injections, dc_power_flow, generation_cost,
+    ACNetwork, DCNetwork, GenCost, branch_flows, bus_injections, dc_line_flows, generation_cost,
     make_ac_network, make_dc_network, make_gen_cost, newton_raphson,
 )
 from evogrid.physics._common import as_float
@@ -42,8 +43,8 @@ class TransState(EnvState):
     day: jnp.ndarray      # int32 index into the params' load days
     pg: jnp.ndarray       # [n_units] MW dispatched in the last interval
     flow: jnp.ndarray     # [n_branch] MW (DC, signed from->to) or MVA (AC, larger end)
-    vm: jnp.ndarray       # [n_bus] p.u.
-    va: jnp.ndarray       # [n_bus] rad
+    vm: jnp.ndarray       # [n_bus] p.u. in AC mode (warm start of the next solve); empty in DC mode
+    va: jnp.ndarray       # [n_bus] rad in AC mode; empty in DC mode
 
 
 @struct.dataclass
@@ -60,12 +61,17 @@ class TransParams(EnvParams):
     vmin: jnp.ndarray = None       # [n_bus] p.u.
     vmax: jnp.ndarray = None       # [n_bus] p.u.
     gen_bus: jnp.ndarray = None    # [n_units] int32
+    gen_incidence: jnp.ndarray = None  # [n_units, n_bus] 1.0 where a unit connects (a matmul, not a scatter)
     slack: jnp.ndarray = None      # [n_units] one-hot of the slack unit
     reward_scale: jnp.ndarray = None
     cost: GenCost = None
     dc: DCNetwork = None
     acn: ACNetwork | None = None
     init: TransState = None        # [n_days] cached start-of-day states (see make_trans_params)
+    init_obs: jnp.ndarray = None   # [n_days, obs_dim] their observations
+    inv_pmax: jnp.ndarray = None   # [n_units] 1 / Pmax (observation scaling)
+    inv_rate: jnp.ndarray = None   # [n_branch] 1 / RATE_A, or 1 / baseMVA for unlimited branches
+    time_features: jnp.ndarray = None  # [max_steps + 1, 3] sin, cos of time of day, episode progress
     base_mva: float = struct.field(pytree_node=False, default=100.0)
     ac: bool = struct.field(pytree_node=False, default=False)
     ac_iters: int = struct.field(pytree_node=False, default=5)
@@ -75,10 +81,9 @@ class TransGridEnv(Environment):
     """Transmission dispatch. Use with `make_trans_params(case)`."""
 
     def reset_env(self, key, params: TransParams):
-        n_days = params.load_p.shape[0]
-        day = jax.random.randint(key, (), 0, n_days)
+        day = uniform_index(key, params.load_p.shape[0])
         state = jax.tree_util.tree_map(lambda x: x[day], params.init)
-        return self._obs(state, params), state
+        return params.init_obs[day], state
 
     def step_env(self, key, state: TransState, action, params: TransParams):
         action, n_bad = sanitize_action(action)
@@ -119,16 +124,13 @@ class TransGridEnv(Environment):
         return self._obs(new_state, params), new_state, reward, costs, done, info
 
     def _obs(self, state: TransState, params: TransParams):
-        """[loads p.u. (n_bus), pg / Pmax (n_units), line loading (n_branch), sin, cos time-of-day, progress]."""
+        """[loads p.u. (n_bus), pg / Pmax (n_units), |flow| / rating (n_branch), sin, cos time of day, progress]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
-        rate = jnp.where(jnp.isfinite(params.rate), params.rate, params.base_mva)
-        hour = (t + 0.5) * params.delta_t_hours
-        phase = 2.0 * jnp.pi * hour / 24.0
         return jnp.concatenate([
-            params.load_p[state.day, t] / params.base_mva,
-            state.pg / jnp.maximum(params.pmax, 1e-6),
-            jnp.abs(state.flow) / rate,
-            jnp.stack([jnp.sin(phase), jnp.cos(phase), state.time_step / params.max_steps]).astype(state.pg.dtype),
+            params.load_p[state.day, t] * (1.0 / params.base_mva),
+            state.pg * params.inv_pmax,
+            jnp.abs(state.flow) * params.inv_rate,
+            params.time_features[state.time_step],
         ])
 
     def observation_space(self, params: TransParams) -> Box:
@@ -146,19 +148,18 @@ def _solve(pg, load_p, load_q, state, params: TransParams):
     """Power flow for a dispatch whose slack entry is to be determined. Returns (pg, flow, vm, va, extra)."""
     n_bus = load_p.shape[0]
     others = pg * (1.0 - params.slack)
-    gen_p = jax.ops.segment_sum(others, params.gen_bus, n_bus)
+    gen_p = others @ params.gen_incidence
     if not params.ac:
         p_bus = gen_p - load_p
-        va, flow, p_ref = dc_power_flow(params.dc, p_bus)
-        ref_mask = params.dc.ref_mask
-        ps = p_ref - jnp.sum(p_bus * ref_mask)
-        return others + ps * params.slack, flow, jnp.ones_like(va), jnp.deg2rad(va), {"converged": jnp.asarray(1.0, pg.dtype)}
-    gen_q = jax.ops.segment_sum(params.qg, params.gen_bus, n_bus)
+        flow, p_ref = dc_line_flows(params.dc, p_bus)
+        ps = p_ref - jnp.sum(p_bus * params.dc.ref_mask)
+        return others + ps * params.slack, flow, state.vm, state.va, {"converged": jnp.asarray(1.0, pg.dtype)}
+    gen_q = params.qg @ params.gen_incidence
     s_bus = ((gen_p - load_p) + 1j * (gen_q - load_q)) / params.base_mva
     v0 = (state.vm * jnp.exp(1j * state.va)).astype(params.acn.v0.dtype)
     v, converged, _ = newton_raphson(params.acn, s_bus, v0, iters=params.ac_iters, tol=_ac_tol(pg.dtype))
     s_inj = bus_injections(params.acn, v)
-    ref = params.slack @ jax.nn.one_hot(params.gen_bus, n_bus, dtype=pg.dtype)  # [n_bus] one-hot of the ref bus
+    ref = params.slack @ params.gen_incidence  # [n_bus] one-hot of the ref bus
     ps = jnp.sum((s_inj.real + load_p - gen_p) * ref)
     s_from, s_to = branch_flows(params.acn, v)
     flow = jnp.maximum(jnp.abs(s_from), jnp.abs(s_to))
@@ -205,10 +206,19 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         load_p=as_float(load_p), load_q=as_float(load_q),
         pmin=as_float(gen[:, PMIN]), pmax=as_float(gen[:, PMAX]), ramp=as_float(ramp), qg=as_float(gen[:, QG]),
         rate=as_float(case.rate_a), vmin=as_float(case.bus[:, VMIN]), vmax=as_float(case.bus[:, VMAX]),
-        gen_bus=jnp.asarray(case.gen_bus), slack=as_float(slack), reward_scale=as_float(reward_scale),
+        gen_bus=jnp.asarray(case.gen_bus), gen_incidence=as_float(np.eye(case.n_bus)[case.gen_bus]), slack=as_float(slack), reward_scale=as_float(reward_scale),
         cost=make_gen_cost(case), dc=make_dc_network(case), acn=make_ac_network(case) if ac else None,
     )
-    return params.replace(init=_initial_states(params))
+    rate = case.rate_a
+    hours = (np.arange(max_steps + 1) + 0.5) * delta_t_hours
+    params = params.replace(
+        inv_pmax=as_float(1.0 / np.maximum(gen[:, PMAX], 1e-6)),
+        inv_rate=as_float(np.where(np.isfinite(rate), 1.0 / rate, 1.0 / case.base_mva)),
+        time_features=as_float(np.stack([np.sin(2 * np.pi * hours / 24), np.cos(2 * np.pi * hours / 24),
+                                         np.arange(max_steps + 1) / max_steps], axis=1)),
+    )
+    init = _initial_states(params)
+    return params.replace(init=init, init_obs=jax.vmap(TransGridEnv()._obs, in_axes=(0, None))(init, params))
 
 
 def _initial_states(params: TransParams) -> TransState:
@@ -218,10 +228,10 @@ def _initial_states(params: TransParams) -> TransState:
     def one_day(load_p, load_q):
         share = (jnp.sum(load_p) - jnp.sum(pmin)) / jnp.maximum(jnp.sum(pmax - pmin), 1e-6)
         pg = pmin + jnp.clip(share, 0.0, 1.0) * (pmax - pmin)
-        n_bus = load_p.shape[0]
+        empty = jnp.zeros(0, pg.dtype)
         start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=jnp.zeros_like(params.rate),
-                           vm=jnp.abs(params.acn.v0).astype(pg.dtype) if params.ac else jnp.ones(n_bus, pg.dtype),
-                           va=jnp.angle(params.acn.v0).astype(pg.dtype) if params.ac else jnp.zeros(n_bus, pg.dtype))
+                           vm=jnp.abs(params.acn.v0).astype(pg.dtype) if params.ac else empty,
+                           va=jnp.angle(params.acn.v0).astype(pg.dtype) if params.ac else empty)
         if params.ac:  # a cold start needs more Newton steps than the warm-started env steps
             params_cold = params.replace(ac_iters=max(params.ac_iters, 10))
         else:

@@ -25,6 +25,8 @@ class GenCost:
     slope: jnp.ndarray
     intercept: jnp.ndarray
     is_poly: jnp.ndarray
+    any_poly: bool = struct.field(pytree_node=False, default=True)
+    any_pwl: bool = struct.field(pytree_node=False, default=True)
 
 
 def make_gen_cost(case_or_gencost) -> GenCost:
@@ -54,12 +56,22 @@ def make_gen_cost(case_or_gencost) -> GenCost:
         slope=as_float(slope),
         intercept=as_float(intercept),
         is_poly=as_float(gencost[:, 0] == POLYNOMIAL),
+        any_poly=bool(np.any(gencost[:, 0] == POLYNOMIAL)),
+        any_pwl=bool(np.any(gencost[:, 0] != POLYNOMIAL)),
     )
 
 
 def generation_cost(cost: GenCost, pg_mw: jnp.ndarray) -> jnp.ndarray:
-    """Cost rate of each unit in $/h. pg_mw: [..., n_units] -> [..., n_units]."""
-    powers = pg_mw[..., None] ** jnp.arange(cost.poly.shape[-1], dtype=pg_mw.dtype)
-    poly = jnp.sum(cost.poly * powers, axis=-1)
+    """Cost rate of each unit in $/h. pg_mw: [..., n_units] -> [..., n_units].
+
+    Polynomials by Horner's rule (multiply-adds, no powers); the PWL maximum is
+    only evaluated when some unit has a PWL cost (a static property of the case).
+    """
+    poly = jnp.zeros_like(pg_mw)
+    if cost.any_poly:
+        for k in range(cost.poly.shape[-1] - 1, -1, -1):
+            poly = poly * pg_mw + cost.poly[..., k]
+    if not cost.any_pwl:
+        return poly
     pwl = jnp.max(cost.slope * pg_mw[..., None] + cost.intercept, axis=-1)
-    return jnp.where(cost.is_poly > 0, poly, pwl)
+    return pwl if not cost.any_poly else jnp.where(cost.is_poly > 0, poly, pwl)

@@ -62,6 +62,12 @@ def make_dc_network(case: Case) -> DCNetwork:
     )
 
 
+def dc_line_flows(net: DCNetwork, p_bus_mw: jnp.ndarray):
+    """Branch flows only (no angles): one matrix-vector product. Returns (flow_mw, p_ref_mw); see `dc_power_flow`."""
+    p = p_bus_mw * (1.0 - net.ref_mask)
+    return net.ptdf @ p + net.flow0, net.gs_total - p.sum()
+
+
 def dc_power_flow(net: DCNetwork, p_bus_mw: jnp.ndarray):
     """Solve the DC power flow with the reference bus as slack.
 
@@ -72,8 +78,6 @@ def dc_power_flow(net: DCNetwork, p_bus_mw: jnp.ndarray):
       (va_deg [n_bus] degrees, flow_mw [n_branch] MW from->to, p_ref_mw [] the net
       injection the reference bus must supply: bus shunt draw minus every other injection).
     """
-    p = p_bus_mw * (1.0 - net.ref_mask)
-    p_ref = net.gs_total - p.sum()
-    va = net.angle_sens @ p + net.angle0
-    flow = net.ptdf @ p + net.flow0
+    flow, p_ref = dc_line_flows(net, p_bus_mw)
+    va = net.angle_sens @ (p_bus_mw * (1.0 - net.ref_mask)) + net.angle0
     return jnp.rad2deg(va), flow, p_ref

@@ -35,6 +35,19 @@ def rng_split(key: jax.Array, num: int = 2) -> jax.Array:
     return jax.random.split(key, num)
 
 
+def uniform_index(key: jax.Array, n: int) -> jax.Array:
+    """An int32 index in [0, n) read from the key's own bits.
+
+    A key produced by `jax.random.split` is itself threefry output, i.e. uniform
+    random bits, so reading them costs nothing where `jax.random.randint` would
+    run the hash twice more (on CPU each run is a rolled loop; in a per-step
+    auto-reset that doubled the step time). Modulo bias is below n / 2**32.
+    Use a fresh split key, never one whose bits were already used this way.
+    """
+    bits = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    return (bits.reshape(-1)[-1] % jnp.uint32(n)).astype(jnp.int32)
+
+
 def tree_stop_gradient(tree):
     return jax.tree_util.tree_map(jax.lax.stop_gradient, tree)
 
@@ -64,14 +77,23 @@ def scan_rollout(env, key, init_state, params, actions):
     Returns (final_state, obs_traj, reward_traj, cost_traj, done_traj, info_traj), stacked on T.
     """
     keys = jax.random.split(key, actions.shape[0])
+    # the split each `step` would make, done for all T steps before the loop (identical keys)
+    step_keys, reset_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
 
     def body(state, xs):
-        k, a = xs
-        obs, state, reward, costs, done, info = env.step_auto_reset(k, state, a, params)
+        k_step, k_reset, a = xs
+        transition = env.step_with_reset_key(k_step, k_reset, state, a, params)
+        obs, state, reward, costs, done, info = stop_obs_state_gradient(transition)
         return state, (obs, reward, costs, done, info)
 
-    final_state, (obs, rewards, costs, dones, infos) = jax.lax.scan(body, init_state, (keys, actions))
+    final_state, (obs, rewards, costs, dones, infos) = jax.lax.scan(body, init_state, (step_keys, reset_keys, actions))
     return final_state, obs, rewards, costs, dones, infos
+
+
+def stop_obs_state_gradient(transition):
+    """Apply `stop_gradient` to the obs and state of a `step` result tuple (what `step_auto_reset` adds)."""
+    obs, state, *rest = transition
+    return (jax.lax.stop_gradient(obs), tree_stop_gradient(state), *rest)
 
 
 def tree_where(cond, on_true, on_false):
