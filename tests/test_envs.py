@@ -179,13 +179,14 @@ def test_thermal_cost_is_positive_when_a_line_overloads():
         np.testing.assert_allclose(float(costs[0]), (flow[5] - 240.0) / 100.0, rtol=1e-12)
 
 
-def test_ac_mode_matches_pypower_for_the_env_dispatch():
-    """The AC env's solved state equals PYPOWER's runpf for the same dispatch and loads."""
+@pytest.mark.parametrize("method, iters", [("chord", 25), ("newton", 6)])
+def test_ac_mode_matches_pypower_for_the_env_dispatch(method, iters):
+    """The AC env's solved state equals PYPOWER's runpf for the same dispatch and loads, with both solvers."""
     from pypower.api import runpf
 
     with jax.enable_x64(True):
         case = load_case("14")
-        params = make_trans_params(case, max_steps=4, n_days=2, ac=True, ac_iters=8)
+        params = make_trans_params(case, max_steps=4, n_days=2, ac=True, ac_method=method, ac_iters=iters)
         _, (_, new, _, costs, _, info) = _one_step(params, jnp.array([0.0, 0.5, -0.5, 0.2, 0.9]), day=1)
         assert float(info["converged"]) == 1.0 and float(costs[-1]) == 0.0
         ppc = ppc_of(case)
@@ -220,6 +221,8 @@ def test_bad_params():
         make_trans_params("14", load_p=np.ones((2, 10, 14)))
     with pytest.raises(ValueError, match="max_steps must be >= 1"):
         make_trans_params("14", max_steps=0)
+    with pytest.raises(ValueError, match="ac_method must be 'chord' or 'newton'"):
+        make_trans_params("14", ac=True, ac_method="gauss")
 
 
 def test_scan_rollout_equals_python_loop_of_step_auto_reset(task):

@@ -88,6 +88,28 @@ def test_ac_newton_raphson_matches_pypower(name, precision):
     np.testing.assert_allclose(np.real(s_to), ref["branch"][:, PT], atol=1e-6 * scale)
 
 
+@pytest.mark.parametrize("name", ["14", "118"])
+def test_chord_method_reaches_the_newton_solution(name):
+    """A fixed Jacobian (taken at the base case) under 20% more load still converges to PYPOWER's answer."""
+    from pypower.api import runpf
+
+    with jax.enable_x64(True):
+        case = load_case(name)
+        net = ph.make_ac_network(case)
+        s = jnp.asarray(bus_injection_pu(case))
+        v_base, _, _ = ph.newton_raphson(net, s)
+        jinv = jnp.linalg.inv(ph.jacobian(net, v_base))
+        ppc = ppc_of(case)
+        ppc["bus"][:, 2:4] *= 1.2
+        ppc["gen"][:, 1] *= 1.2
+        ref, ok = runpf(ppc, pypower_opts())
+        s_hi = jnp.asarray(bus_injection_pu(load_case(name)) * 1.2)
+        v, converged, _ = ph.newton_raphson(net, s_hi, iters=25, jacobian_inverse=jinv)
+        assert ok and bool(converged)
+        np.testing.assert_allclose(np.abs(v), ref["bus"][:, VM], atol=1e-6)
+        np.testing.assert_allclose(np.rad2deg(np.angle(v)), ref["bus"][:, VA], atol=1e-5)
+
+
 def test_newton_raphson_reports_divergence():
     """Ten times the load of case14 has no solution near nominal voltage: the flag says so."""
     with jax.enable_x64(True):

@@ -7,8 +7,12 @@ in-service unit at the reference bus) ignores its action and absorbs the
 imbalance, as the power flow's slack bus does. Physics per step:
 
 * DC mode (default): DC power flow through a PTDF built once at set-up.
-* AC mode (`ac=True`): Newton-Raphson with `ac_iters` fixed iterations, warm
-  started from the previous step's voltages; losses are borne by the slack.
+* AC mode (`ac=True`): the Newton-Raphson kernel with `ac_iters` fixed
+  iterations, warm started from the previous step's voltages; losses are borne
+  by the slack. `ac_method="chord"` (default) keeps the Jacobian fixed at the
+  case's solved base point, so an iteration is a matrix-vector product rather
+  than an LU factorisation; "newton" refactorises every iteration. Both stop at
+  the same solution; `info["converged"]` and the `ac_diverged` cost say if not.
 
 reward = -(generation cost in $ over the step) * reward_scale.
 Cost channels (p.u. on the case's baseMVA, never folded into the reward):
@@ -26,13 +30,13 @@ import numpy as np
 from flax import struct
 
 from evogrid.case import Case, load_case
-from evogrid.case.matpower import PD, PMAX, PMIN, QD, QG, RAMP_30, VMAX, VMIN
+from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, QG, RAMP_30, VMAX, VMIN
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
 from evogrid.envs.profiles import daily_load_profiles
 from evogrid.envs.spaces import Box
 from evogrid.utils.jax_utils import uniform_index
 from evogrid.physics import (
-    ACNetwork, DCNetwork, GenCost, branch_flows, bus_injections, dc_line_flows, generation_cost,
+    ACNetwork, DCNetwork, GenCost, branch_flows, bus_injections, dc_line_flows, generation_cost, jacobian,
     make_ac_network, make_dc_network, make_gen_cost, newton_raphson,
 )
 from evogrid.physics._common import as_float
@@ -67,6 +71,7 @@ class TransParams(EnvParams):
     cost: GenCost = None
     dc: DCNetwork = None
     acn: ACNetwork | None = None
+    ac_jinv: jnp.ndarray | None = None  # chord method's fixed inverse Jacobian (None: full Newton)
     init: TransState = None        # [n_days] cached start-of-day states (see make_trans_params)
     init_obs: jnp.ndarray = None   # [n_days, obs_dim] their observations
     inv_pmax: jnp.ndarray = None   # [n_units] 1 / Pmax (observation scaling)
@@ -157,7 +162,8 @@ def _solve(pg, load_p, load_q, state, params: TransParams):
     gen_q = params.qg @ params.gen_incidence
     s_bus = ((gen_p - load_p) + 1j * (gen_q - load_q)) / params.base_mva
     v0 = (state.vm * jnp.exp(1j * state.va)).astype(params.acn.v0.dtype)
-    v, converged, _ = newton_raphson(params.acn, s_bus, v0, iters=params.ac_iters, tol=_ac_tol(pg.dtype))
+    v, converged, _ = newton_raphson(params.acn, s_bus, v0, iters=params.ac_iters, tol=_ac_tol(pg.dtype),
+                                     jacobian_inverse=params.ac_jinv)
     s_inj = bus_injections(params.acn, v)
     ref = params.slack @ params.gen_incidence  # [n_bus] one-hot of the ref bus
     ps = jnp.sum((s_inj.real + load_p - gen_p) * ref)
@@ -171,7 +177,7 @@ def _ac_tol(dtype):
 
 
 def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: float = 0.5, *, ac: bool = False,
-                      ac_iters: int = 5, n_days: int = 16, seed: int = 0, reward_scale: float = 1e-3,
+                      ac_method: str = "chord", ac_iters: int | None = None, n_days: int = 16, seed: int = 0, reward_scale: float = 1e-3,
                       default_ramp_per_hour: float = 0.5, load_p=None, load_q=None) -> TransParams:
     """Parameters of `TransGridEnv` for a case.
 
@@ -186,6 +192,9 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     params with this function (passing `load_p`/`load_q`).
     """
     case = load_case(case) if not isinstance(case, Case) else case
+    if ac_method not in ("chord", "newton"):
+        raise ValueError(f"ac_method must be 'chord' or 'newton', got {ac_method!r}")
+    ac_iters = ac_iters or {"chord": 10, "newton": 5}[ac_method]
     if max_steps < 1 or delta_t_hours <= 0:
         raise ValueError(f"max_steps must be >= 1 and delta_t_hours > 0, got {max_steps}, {delta_t_hours}")
     if load_p is None:
@@ -209,6 +218,8 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         gen_bus=jnp.asarray(case.gen_bus), gen_incidence=as_float(np.eye(case.n_bus)[case.gen_bus]), slack=as_float(slack), reward_scale=as_float(reward_scale),
         cost=make_gen_cost(case), dc=make_dc_network(case), acn=make_ac_network(case) if ac else None,
     )
+    if ac and ac_method == "chord":
+        params = params.replace(ac_jinv=_base_case_jacobian_inverse(case, params.acn))
     rate = case.rate_a
     hours = (np.arange(max_steps + 1) + 0.5) * delta_t_hours
     params = params.replace(
@@ -219,6 +230,17 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     )
     init = _initial_states(params)
     return params.replace(init=init, init_obs=jax.vmap(TransGridEnv()._obs, in_axes=(0, None))(init, params))
+
+
+def _base_case_jacobian_inverse(case: Case, acn: ACNetwork) -> jnp.ndarray:
+    """Inverse power-flow Jacobian at the case's own solved operating point (full Newton from its data)."""
+    s_gen = np.zeros(case.n_bus, complex)
+    np.add.at(s_gen, case.gen_bus, case.gen[:, PG] + 1j * case.gen[:, QG])
+    s_bus = (s_gen - case.bus[:, PD] - 1j * case.bus[:, QD]) / case.base_mva
+    v, converged, _ = newton_raphson(acn, jnp.asarray(s_bus, acn.v0.dtype), iters=10, tol=_ac_tol(acn.v0.real.dtype))
+    if not bool(converged):
+        raise ValueError(f"{case.name}: the case's own operating point has no AC solution; use ac_method='newton'")
+    return jnp.linalg.inv(jacobian(acn, v))
 
 
 def _initial_states(params: TransParams) -> TransState:
@@ -232,10 +254,8 @@ def _initial_states(params: TransParams) -> TransState:
         start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=jnp.zeros_like(params.rate),
                            vm=jnp.abs(params.acn.v0).astype(pg.dtype) if params.ac else empty,
                            va=jnp.angle(params.acn.v0).astype(pg.dtype) if params.ac else empty)
-        if params.ac:  # a cold start needs more Newton steps than the warm-started env steps
-            params_cold = params.replace(ac_iters=max(params.ac_iters, 10))
-        else:
-            params_cold = params
+        # a cold start: full Newton (set-up cost only), not the warm-started steps' method
+        params_cold = params.replace(ac_iters=10, ac_jinv=None) if params.ac else params
         pg, flow, vm, va, _ = _solve(pg, load_p, load_q, start, params_cold)
         return start.replace(pg=pg, flow=flow, vm=vm, va=va)
 
