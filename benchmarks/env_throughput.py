@@ -1,0 +1,118 @@
+"""Env-steps/s of TransGridEnv under jit(vmap(scan_rollout)), against pandapower stepped in Python.
+
+    python benchmarks/env_throughput.py            # N=256 envs, T=48 steps (the issue's setting)
+    python benchmarks/env_throughput.py --quick    # N=64, fewer repeats
+
+The evogrid rows use the PowerZooJax "complete pattern" exactly (batch_reset, uniform
+actions [N, T, A], vmap(scan_rollout), returning the reward trajectory; XLA drops what
+is not returned), plus a "full" column that also returns obs, costs and dones. The
+reference loop re-dispatches pandapower's own network of the same MATPOWER case (random
+set-points within limits, scaled loads) and solves it (rundcpp / runpp) once per step in Python.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import platform
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evogrid.envs import make
+from evogrid.utils.jax_utils import batch_reset, scan_rollout, split_key_for_envs
+
+# A peer JAX suite on a 2-core machine like ours (figures quoted in the issue, float32).
+PEER = {("5", "DC"): 5.0e6, ("14", "DC"): 2.0e6, ("118", "DC"): 0.29e6, ("14", "AC"): 30e3, ("118", "AC"): 65.0}
+
+
+def _time(fn, key, repeats):
+    """Best (minimum) wall time over `repeats` calls: the least disturbed run on a shared 2-core VM."""
+    times = []
+    for i in range(repeats):
+        k = jax.random.fold_in(key, i)
+        jax.block_until_ready(k)
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(k))
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def evogrid_rate(case: str, ac: bool, n_envs: int, horizon: int, repeats: int):
+    env, params = make(f"tso-case{case}" + ("-ac" if ac else ""), max_steps=horizon)
+    n_act = env.action_space(params).shape[0]
+
+    def build(full: bool):
+        @jax.jit
+        def collect(key):
+            k_reset, k_actions, k_roll = jax.random.split(key, 3)
+            _, states0 = batch_reset(env, split_key_for_envs(k_reset, n_envs), params)
+            actions = jax.random.uniform(k_actions, (n_envs, horizon, n_act), minval=-1.0, maxval=1.0)
+            single = lambda s, k, a: scan_rollout(env, k, s, params, a)  # noqa: E731
+            _, obs, reward, costs, done, info = jax.vmap(single)(states0, split_key_for_envs(k_roll, n_envs), actions)
+            return (obs, reward, costs, done, info["converged"]) if full else reward
+
+        return collect
+
+    key = jax.random.key(0)
+    lean, full = build(False), build(True)
+    t0 = time.perf_counter()
+    jax.block_until_ready(lean(key))
+    compile_s = time.perf_counter() - t0
+    jax.block_until_ready(full(key))
+    steps = n_envs * horizon
+    converged = float(jnp.mean(full(key)[-1]))
+    return steps / _time(lean, key, repeats), steps / _time(full, key, repeats), compile_s, converged
+
+
+def pandapower_rate(case_name: str, ac: bool, steps: int):
+    """pandapower's own network of the same MATPOWER case, re-dispatched and solved once per step."""
+    import pandapower as pp
+    import pandapower.networks as pn
+
+    logging.getLogger("pandapower").setLevel(logging.ERROR)
+    net = getattr(pn, f"case{case_name}")()
+    rng = np.random.default_rng(0)
+    p_load, q_load = net.load.p_mw.values.copy(), net.load.q_mvar.values.copy()
+    pmin, pmax = net.gen.min_p_mw.fillna(0).values, net.gen.max_p_mw.fillna(net.gen.p_mw).values
+    solve = pp.runpp if ac else pp.rundcpp
+    solve(net)  # warm-up: pandapower's first call compiles its numba kernels
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        scale = rng.uniform(0.6, 1.0)
+        net.load["p_mw"] = p_load * scale
+        net.load["q_mvar"] = q_load * scale
+        net.gen["p_mw"] = pmin + 0.5 * (rng.uniform(-1, 1, len(pmin)) + 1) * (pmax - pmin) * scale
+        solve(net)
+        _ = net.res_line.p_from_mw.values  # read the flows, as the env does
+    return steps / (time.perf_counter() - t0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="N=64 and fewer repeats (a smoke run)")
+    ap.add_argument("--pp-steps", type=int, default=30, help="pandapower reference steps per row")
+    args = ap.parse_args()
+    n_envs, horizon, repeats = (64, 48, 3) if args.quick else (256, 48, 30)
+    rows = [("5", False), ("14", False), ("118", False), ("14", True), ("118", True)]
+    print(f"# env_throughput: N={n_envs} envs x T={horizon} steps, float32, jax {jax.__version__} on "
+          f"{jax.devices()[0].device_kind} ({os.cpu_count()} CPU cores, {platform.machine()})")
+    print(f"# evogrid figures: best of {repeats} calls after the first (compile) call; run-to-run spread on a")
+    print("# 2-core VM is about +-20%. pandapower: its own caseN network, one solve per step in Python.")
+    header = ("case", "mode", "evogrid steps/s", "full-traj steps/s", "compile s", "converged",
+              "pandapower steps/s", "x pandapower", "peer steps/s", "x peer")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    measured = [(case, ac, *evogrid_rate(case, ac, n_envs, horizon, repeats)) for case, ac in rows]
+    for case, ac, lean, full, compile_s, conv in measured:  # pandapower after, so its threads do not overlap ours
+        ref = pandapower_rate(case, ac, max(5, args.pp_steps // (3 if ac and case == "118" else 1)))
+        peer = PEER[(case, "AC" if ac else "DC")]
+        print(f"| {case} | {'AC' if ac else 'DC'} | {lean:,.0f} | {full:,.0f} | {compile_s:.1f} | {conv:.4f} | "
+              f"{ref:,.0f} | {lean / ref:,.0f}x | {peer:,.0f} | {lean / peer:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
