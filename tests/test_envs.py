@@ -242,3 +242,14 @@ def test_scan_rollout_equals_python_loop_of_step_auto_reset(task):
         assert bool(done) == bool(done_traj[t])
     assert int(state.day) == int(final.day) and int(state.time_step) == int(final.time_step)
     np.testing.assert_allclose(state.pg, final.pg, rtol=1e-5)
+
+
+def test_legacy_prngkey_works_like_typed_key(task):
+    """Both jax.random.key and legacy uint32 PRNGKey keys drive reset/step (the same bits give the same day)."""
+    _, env, params, n_act, _, step, reset = task
+    obs_new, state_new = reset(jax.random.key(5), params)
+    obs_old, state_old = reset(jax.random.PRNGKey(5), params)
+    assert int(state_new.day) == int(state_old.day)
+    np.testing.assert_array_equal(obs_new, obs_old)
+    out = step(jax.random.PRNGKey(6), state_old, jnp.zeros(n_act), params)
+    assert np.isfinite(float(out[2]))
