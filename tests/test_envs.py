@@ -156,10 +156,11 @@ def test_dc_dispatch_balance_ramp_and_costs():
         np.testing.assert_allclose(pg[1], max(0.0, prev[1] - 0.25 * 170.0))  # asked for Pmin
         slack = int(np.argmax(np.asarray(params.slack)))
         assert case.gen_bus[slack] == case.ref_bus
-        # cost: linear gencost c1 * P over 0.5 h, scaled by 1e-3
+        # cost: linear gencost c1 * max(P, Pmin) over 0.5 h (a slack below Pmin = 0 earns nothing), scaled by 1e-3
         c1 = case.gencost[:, 4]
-        np.testing.assert_allclose(float(info["gen_cost"]), np.sum(c1 * pg) * 0.5, rtol=1e-12)
-        np.testing.assert_allclose(float(reward), -np.sum(c1 * pg) * 0.5 * 1e-3, rtol=1e-12)
+        paid = np.maximum(pg, 0.0)
+        np.testing.assert_allclose(float(info["gen_cost"]), np.sum(c1 * paid) * 0.5, rtol=1e-12)
+        np.testing.assert_allclose(float(reward), -np.sum(c1 * paid) * 0.5 * 1e-3, rtol=1e-12)
         flow = np.asarray(new.flow)
         over = np.maximum(np.abs(flow) - case.rate_a, 0.0).sum() / 100.0
         np.testing.assert_allclose(float(costs[0]), over, rtol=1e-12, atol=1e-12)

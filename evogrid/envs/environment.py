@@ -54,6 +54,14 @@ class Environment:
         obs = jnp.where(done, obs_re, obs_st)
         return obs, state, reward, costs, done, info
 
+    def step_no_reset(self, key: jax.Array, state, action, params):
+        """One transition without the auto-reset: for fixed-horizon evaluation that stops at `max_steps`.
+
+        Under vmap the auto-reset's select evaluates `reset_env` on every step; a
+        rollout that never crosses an episode boundary need not pay for it.
+        """
+        return self.step_env(key, state, self._check_action(action, params), params)
+
     def step_auto_reset(self, key: jax.Array, state, action, params):
         """`step` with `stop_gradient` on the returned obs and state: no gradient crosses an episode boundary."""
         return stop_obs_state_gradient(self.step(key, state, action, params))

@@ -14,7 +14,10 @@ imbalance, as the power flow's slack bus does. Physics per step:
   than an LU factorisation; "newton" refactorises every iteration. Both stop at
   the same solution; `info["converged"]` and the `ac_diverged` cost say if not.
 
-reward = -(generation cost in $ over the step) * reward_scale.
+reward = -(generation cost in $ over the step) * reward_scale, with each unit's
+cost taken at max(P, Pmin): a slack pushed below its minimum by over-generation
+earns no revenue (that would reward infeasible dispatch); the shortfall or
+surplus itself is the `balance` cost channel.
 Cost channels (p.u. on the case's baseMVA, never folded into the reward):
   thermal      sum over branches of flow above RATE_A (MW in DC, MVA in AC)
   balance      slack unit output outside [Pmin, Pmax]
@@ -101,7 +104,9 @@ class TransGridEnv(Environment):
         pg = jnp.clip(target, lo, hi)
         pg, flow, vm, va, extra = _solve(pg, load_p, load_q, state, params)
 
-        gen_cost = jnp.sum(generation_cost(params.cost, pg)) * params.delta_t_hours  # $
+        # cost at max(pg, Pmin): output below a unit's minimum (only the slack gets there, absorbing
+        # over-generation) earns nothing; the infeasibility itself is the `balance` cost channel
+        gen_cost = jnp.sum(generation_cost(params.cost, jnp.maximum(pg, params.pmin))) * params.delta_t_hours  # $
         reward = -gen_cost * params.reward_scale
         ps, ps_prev = jnp.sum(pg * params.slack), jnp.sum(state.pg * params.slack)
         smin, smax, sramp = (jnp.sum(x * params.slack) for x in (params.pmin, params.pmax, params.ramp))

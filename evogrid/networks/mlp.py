@@ -1,0 +1,80 @@
+"""MLP policies for populations: parameters stacked on a leading [pop] axis, applied with vmap."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu, "gelu": jax.nn.gelu, "silu": jax.nn.silu, "elu": jax.nn.elu}
+
+
+class MLP(nn.Module):
+    """Dense layers with `activation`; the output goes through tanh into [-1, 1] when `squash`."""
+
+    hidden: Sequence[int]
+    out_dim: int
+    activation: str = "tanh"
+    squash: bool = True
+
+    @nn.compact
+    def __call__(self, x):
+        act = ACTIVATIONS[self.activation]
+        for width in self.hidden:
+            x = act(nn.Dense(width)(x))
+        x = nn.Dense(self.out_dim, kernel_init=nn.initializers.variance_scaling(0.01, "fan_in", "uniform"))(x)
+        return jnp.tanh(x) if self.squash else x
+
+
+def make_vmap_mlp(obs_dim: int, out_dim: int, hidden: Sequence[int] = (32, 32), activation: str = "tanh",
+                  squash: bool = True):
+    """A population of MLPs.
+
+    Returns (model, init_population, apply_population):
+      init_population(key, pop_size) -> params pytree with leaves [pop_size, ...]
+      apply_population(params, obs [pop_size, ..., obs_dim]) -> [pop_size, ..., out_dim]
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+    model = MLP(tuple(hidden), out_dim, activation, squash)
+
+    def init_population(key, pop_size: int):
+        keys = jax.random.split(key, pop_size)
+        return jax.vmap(lambda k: model.init(k, jnp.zeros((obs_dim,))))(keys)
+
+    def apply_population(params, obs):
+        return jax.vmap(model.apply)(params, obs)
+
+    return model, init_population, apply_population
+
+
+@struct.dataclass
+class RunningNorm:
+    """Running mean/variance of observations (Chan et al. parallel update); part of a workflow's state."""
+
+    mean: jnp.ndarray
+    var: jnp.ndarray
+    count: jnp.ndarray
+
+    @classmethod
+    def create(cls, dim: int) -> "RunningNorm":
+        return cls(jnp.zeros((dim,)), jnp.ones((dim,)), jnp.zeros(()))
+
+    def update(self, batch: jnp.ndarray) -> "RunningNorm":
+        """Merge a batch [..., dim] of observations."""
+        x = batch.reshape(-1, batch.shape[-1])
+        return self.merge(jnp.mean(x, axis=0), jnp.var(x, axis=0), x.shape[0])
+
+    def merge(self, mean_b: jnp.ndarray, var_b: jnp.ndarray, n) -> "RunningNorm":
+        """Merge the moments of n further observations."""
+        n = jnp.asarray(n, self.count.dtype)
+        total = self.count + n
+        delta = mean_b - self.mean
+        mean = self.mean + delta * n / total
+        m2 = self.var * self.count + var_b * n + delta**2 * self.count * n / total
+        return RunningNorm(mean, m2 / total, total)
+
+    def normalize(self, obs: jnp.ndarray, clip: float = 10.0) -> jnp.ndarray:
+        return jnp.clip((obs - self.mean) / jnp.sqrt(self.var + 1e-8), -clip, clip)

@@ -1,0 +1,65 @@
+"""Checkpoints with orbax-checkpoint: the whole run state plus the config as JSON, no pickle.
+
+Layout: <directory>/<step>/{state, config}. A checkpoint written under a
+different config is refused; a damaged newest step falls back to the newest
+step that restores.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import jax
+import orbax.checkpoint as ocp
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+class Checkpointer:
+    def __init__(self, directory: str | Path, config: dict, max_to_keep: int = 3):
+        self.directory = Path(directory).absolute()
+        self.config = json.loads(json.dumps(config))  # canonical JSON types for comparison
+        options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False)
+        logging.getLogger("absl").setLevel(logging.WARNING)
+        self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "config"))
+
+    def save(self, step: int, state) -> None:
+        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                        config=ocp.args.JsonSave(self.config)), force=True)
+        self.manager.wait_until_finished()
+
+    def steps(self) -> list[int]:
+        return sorted(self.manager.all_steps(read=True))
+
+    def restore_latest(self, template):
+        """(step, state) from the newest restorable checkpoint, or None when there is none.
+
+        Raises CheckpointError when the checkpoints were written under another config,
+        or when steps exist but none of them restores.
+        """
+        steps = self.steps()
+        if not steps:
+            return None
+        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, template)
+        errors = []
+        for step in reversed(steps):
+            try:
+                saved_config = self.manager.restore(step, args=ocp.args.Composite(config=ocp.args.JsonRestore()))["config"]
+            except Exception as err:  # a damaged step: try the one before
+                errors.append(f"step {step}: {type(err).__name__}: {err}")
+                continue
+            if saved_config != self.config:
+                diff = sorted(k for k in set(saved_config) | set(self.config) if saved_config.get(k) != self.config.get(k))
+                raise CheckpointError(
+                    f"checkpoint in {self.directory} was written with a different config (differs in: "
+                    f"{', '.join(diff)}); resume with the same options, or use a new output directory"
+                )
+            try:
+                state = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))["state"]
+                return step, state
+            except Exception as err:
+                errors.append(f"step {step}: {type(err).__name__}: {err}")
+        raise CheckpointError(f"no checkpoint in {self.directory} could be restored:\n  " + "\n  ".join(errors))
