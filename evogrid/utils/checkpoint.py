@@ -32,10 +32,13 @@ class Checkpointer:
         self.manager.wait_until_finished()
 
     def steps(self) -> list[int]:
-        return sorted(self.manager.all_steps(read=True))
+        self.manager.reload()
+        return sorted(self.manager.all_steps())
 
     def restore_latest(self, template):
         """(step, state) from the newest restorable checkpoint, or None when there is none.
+
+        Newer steps that fail to restore (a damaged or partial write) are removed.
 
         Raises CheckpointError when the checkpoints were written under another config,
         or when steps exist but none of them restores.
@@ -59,7 +62,11 @@ class Checkpointer:
                 )
             try:
                 state = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))["state"]
-                return step, state
             except Exception as err:
                 errors.append(f"step {step}: {type(err).__name__}: {err}")
+                continue
+            for damaged in (s for s in steps if s > step):  # unreadable newer steps would block re-saving them
+                logging.getLogger(__name__).warning("removing unreadable checkpoint step %d", damaged)
+                self.manager.delete(damaged)
+            return step, state
         raise CheckpointError(f"no checkpoint in {self.directory} could be restored:\n  " + "\n  ".join(errors))

@@ -1,0 +1,116 @@
+"""ECWorkflow: every strategy compiles once, the sign is right, it learns, configs are checked, checkpoints resume."""
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from evogrid.envs import make
+from evogrid.rollout import make_random_rollout
+from evogrid.utils.checkpoint import CheckpointError
+from evogrid.workflows import ALGORITHMS, ECConfig, ECWorkflow
+from evogrid.workflows.ec import EvosaxStrategy
+
+SHORT = 8  # episode horizon for the smoke tests
+
+
+@pytest.fixture(scope="module")
+def short_task():
+    return make("tso-case5", max_steps=SHORT, n_days=4)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_every_strategy_runs_and_compiles_once(algorithm, short_task):
+    env, params = short_task
+    wf = ECWorkflow(ECConfig(task="tso-case5", algorithm=algorithm, pop_size=8, episodes_per_individual=1, hidden=(8,)),
+                    env, params)
+    state = wf.init(jax.random.key(0))
+    state, metrics = wf.step(state)
+    compiled = wf.step._cache_size()
+    for _ in range(2):
+        state, metrics = wf.step(state)
+    assert wf.step._cache_size() == compiled  # no retrace from generation 2 on
+    assert int(state.generation) == 3 and np.isfinite(float(metrics["fitness_max"]))
+    assert metrics["cost_channels"].shape == (3,)
+
+
+def test_sign_flip_makes_evosax_maximise():
+    """Through the adapter, fitness -(x-3)^2 (to maximise) must pull the mean toward 3."""
+    strat = EvosaxStrategy("Open_ES", 32, jnp.zeros(4), sigma=0.3, learning_rate=0.1)
+    state = strat.init(jax.random.key(0), jnp.zeros(4))
+    for i in range(150):
+        k1, k2 = jax.random.split(jax.random.key(i))
+        pop, state = strat.ask(k1, state)
+        state = strat.tell(k2, pop, -jnp.sum((pop - 3.0) ** 2, axis=1), state)
+    np.testing.assert_allclose(np.asarray(strat.center(state)), 3.0, atol=0.3)
+
+
+def test_open_es_learns_tso_case5():
+    """Seeded Open_ES beats a uniformly random policy's mean return on case5 by a clear margin.
+
+    Random dispatch returns about -330 per 48-step day (measured below, same seed each run); a cost-
+    aware dispatch found in 25 generations of 32 returns above -280 (15% better).
+    """
+    cfg = ECConfig(task="tso-case5", pop_size=32, episodes_per_individual=2, hidden=(16,), learning_rate=0.03, seed=1)
+    wf = ECWorkflow(cfg)
+    reward, _, _, _ = make_random_rollout(wf.env, wf.env_params, 256, wf.env_params.max_steps)(jax.random.key(0))
+    random_return = float(reward.sum(1).mean())
+    state = wf.init()
+    state, history = wf.learn(state, 25, progress=False)
+    learned = float(wf.evaluate(state)["return"])
+    assert learned > random_return + 0.15 * abs(random_return), (learned, random_return)
+    assert history[-1]["best_fitness"] > history[0]["fitness_max"]
+
+
+def test_bad_configs():
+    with pytest.raises(ValueError, match="unknown algorithm 'OpenES'; choose one of Open_ES, CMA_ES"):
+        ECConfig(algorithm="OpenES")
+    with pytest.raises(ValueError, match="pop_size must be even"):
+        ECConfig(algorithm="PGPE", pop_size=7)
+    with pytest.raises(ValueError, match=r"unknown config key\(s\) popsize; valid keys: .*pop_size"):
+        ECConfig.from_dict({"popsize": 8})
+    with pytest.raises(ValueError, match="unknown activation 'tahn'"):
+        ECWorkflow(ECConfig(task="tso-case5", activation="tahn"))
+    with pytest.raises(ValueError, match="unknown task"):
+        ECWorkflow(ECConfig(task="tso-case6"))
+
+
+def test_checkpoint_resume_in_process_and_config_guard(tmp_path, short_task):
+    env, params = short_task
+    cfg = ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,))
+    full = ECWorkflow(cfg, env, params)
+    s_full, h_full = full.learn(full.init(), 4, run_dir=tmp_path / "full", checkpoint_every=2, progress=False)
+    part = ECWorkflow(cfg, env, params)
+    part.learn(part.init(), 2, run_dir=tmp_path / "part", checkpoint_every=2, progress=False)
+    again = ECWorkflow(cfg, env, params)
+    s_res, h_res = again.learn(again.init(), 4, run_dir=tmp_path / "part", checkpoint_every=2, resume=True, progress=False)
+    for a, b in zip(jax.tree_util.tree_leaves(s_full), jax.tree_util.tree_leaves(s_res)):
+        np.testing.assert_array_equal(a, b)
+    assert h_full == h_res
+    assert (tmp_path / "part" / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()
+    other = ECWorkflow(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,), sigma=0.2), env, params)
+    with pytest.raises(CheckpointError, match=r"different config \(differs in: sigma\)"):
+        other.learn(other.init(), 4, run_dir=tmp_path / "part", resume=True, progress=False)
+    with pytest.raises(FileExistsError, match="already holds checkpoints"):
+        again.learn(again.init(), 4, run_dir=tmp_path / "part", progress=False)
+
+
+def test_damaged_newest_checkpoint_falls_back(tmp_path, short_task):
+    env, params = short_task
+    cfg = ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,))
+    wf = ECWorkflow(cfg, env, params)
+    wf.learn(wf.init(), 4, run_dir=tmp_path, checkpoint_every=2, progress=False)
+    newest = tmp_path / "checkpoints" / "4" / "state"
+    for f in newest.rglob("*"):
+        if f.is_file():
+            f.write_bytes(b"garbage")
+    state, history = wf.learn(wf.init(), 4, run_dir=tmp_path, checkpoint_every=2, resume=True, progress=False)
+    assert int(state.generation) == 4 and len(history) == 4  # restored step 2, re-ran 3 and 4
+    for step in (2, 4):
+        for f in (tmp_path / "checkpoints" / str(step)).rglob("*"):
+            if f.is_file():
+                f.write_bytes(b"garbage")
+    with pytest.raises(CheckpointError, match="no checkpoint .* could be restored"):
+        wf.learn(wf.init(), 6, run_dir=tmp_path, resume=True, progress=False)
+    assert json.loads((tmp_path / "config.json").read_text())["pop_size"] == 8
