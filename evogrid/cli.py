@@ -1,7 +1,10 @@
 """The `evogrid` command.
 
-    evogrid                      # = evogrid rollout: batched random-policy TSO rollout on case14, summary table
-    evogrid rollout --task tso-case118-ac --envs 64 --steps 48
+    evogrid                      # = evogrid train: Open_ES on TSO case14 with the defaults below
+    evogrid train --algorithm CMA_ES --task tso-case5 --pop 32 --generations 100 --out runs/cma5
+    evogrid train --out runs/cma5 --algorithm CMA_ES --task tso-case5 --pop 32 --generations 200 --resume
+    evogrid eval runs/cma5       # replay the best policy, print its return and cost channels
+    evogrid rollout --task tso-case118-ac --envs 64 --steps 48   # random-policy throughput table
     evogrid cases                # shipped grid cases
     evogrid tasks                # registered task names
 """
@@ -51,6 +54,109 @@ def _rollout(args) -> int:
     return 0
 
 
+def _train(args) -> int:
+    import json
+    from pathlib import Path
+
+    from evogrid.workflows import ECConfig, ECWorkflow
+
+    values = {}
+    if args.config:
+        try:
+            values = json.loads(Path(args.config).read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            print(f"evogrid: cannot read --config {args.config}: {err}", file=sys.stderr)
+            return 2
+    for opt, key in (("algorithm", "algorithm"), ("task", "task"), ("pop", "pop_size"), ("episodes", "episodes_per_individual"),
+                     ("seed", "seed"), ("sigma", "sigma"), ("lr", "learning_rate"), ("cost_penalty", "cost_penalty"),
+                     ("hidden", "hidden")):
+        if getattr(args, opt) is not None:
+            values[key] = getattr(args, opt)
+    defaults = {"task": "tso-case14", "pop_size": 64, "episodes_per_individual": 4, "cost_penalty": 1.0}
+    try:
+        config = ECConfig.from_dict({**defaults, **values})
+        workflow = ECWorkflow(config)
+    except ValueError as err:
+        print(f"evogrid: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else Path("runs") / f"{config.task}-{config.algorithm}-{time.strftime('%Y%m%d-%H%M%S')}"
+    print(f"evogrid train: {config.algorithm} on {config.task}, population {config.pop_size} x "
+          f"{config.episodes_per_individual} episodes, {args.generations} generations -> {out}", flush=True)
+    state = workflow.init()
+    try:
+        state, history = workflow.learn(state, args.generations, run_dir=out, checkpoint_every=args.checkpoint_every,
+                                        resume=args.resume)
+    except (FileExistsError, RuntimeError) as err:
+        print(f"evogrid: {err}", file=sys.stderr)
+        return 2
+    _plot(out, history)
+    if history:
+        first, last = history[0], history[-1]
+        print(f"fitness (best of population): generation {first['generation']}: {first['fitness_max']:.2f} -> "
+              f"generation {last['generation']}: {last['fitness_max']:.2f}; best so far {last['best_fitness']:.2f}")
+    _report(workflow, state)
+    print(f"metrics: {out / 'metrics.jsonl'}, {out / 'metrics.csv'}; curve: {out / 'learning_curve.png'}; "
+          f"checkpoints: {out / 'checkpoints'}")
+    return 0
+
+
+def _report(workflow, state) -> None:
+    import numpy as np
+
+    ev = workflow.evaluate(state)
+    names = workflow.env.constraint_names(workflow.env_params)
+    print(f"best policy over {workflow.config.eval_episodes} fresh episodes: return {float(ev['return']):.2f} "
+          f"± {float(ev['return_std']):.2f}")
+    for name, value in zip(names, np.asarray(ev["cost_channels"])):
+        print(f"  cost '{name}' per episode  {value:.4f}")
+
+
+def _plot(out, history) -> None:
+    if not history:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("evogrid: matplotlib not installed; no learning-curve PNG", file=sys.stderr)
+        return
+    gens = [r["generation"] for r in history]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
+    for key in ("fitness_max", "fitness_mean", "best_fitness"):
+        ax1.plot(gens, [r[key] for r in history], label=key)
+    ax1.set_xlabel("generation"), ax1.set_ylabel("fitness"), ax1.legend()
+    ax2.plot(gens, [r["cost_mean"] for r in history], color="tab:red")
+    ax2.set_xlabel("generation"), ax2.set_ylabel("mean summed costs (p.u.)")
+    fig.tight_layout()
+    fig.savefig(out / "learning_curve.png", dpi=100)
+    plt.close(fig)
+
+
+def _eval(args) -> int:
+    import json
+    from pathlib import Path
+
+    from evogrid.utils.checkpoint import Checkpointer
+    from evogrid.workflows import ECConfig, ECWorkflow
+
+    run = Path(args.run_dir)
+    if not (run / "config.json").exists():
+        print(f"evogrid: {run} is not a run directory (no config.json); pass the --out of `evogrid train`", file=sys.stderr)
+        return 2
+    config = ECConfig.from_dict(json.loads((run / "config.json").read_text()))
+    workflow = ECWorkflow(config)
+    restored = Checkpointer(run / "checkpoints", config.to_dict()).restore_latest(workflow.init())
+    if restored is None:
+        print(f"evogrid: no checkpoint in {run / 'checkpoints'}", file=sys.stderr)
+        return 2
+    step, state = restored
+    print(f"evogrid eval: {config.algorithm} on {config.task}, checkpoint of generation {step}")
+    _report(workflow, state)
+    return 0
+
+
 def _cases(args) -> int:
     from evogrid.case import list_cases, load_case
 
@@ -70,6 +176,25 @@ def _tasks(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="evogrid", description="Evolutionary RL on JAX power-system environments.")
     sub = parser.add_subparsers(dest="command")
+    from evogrid.workflows.ec import ALGORITHMS
+
+    tr = sub.add_parser("train", help="evolve a policy (the default command)")
+    tr.add_argument("--algorithm", choices=ALGORITHMS, help="default Open_ES")
+    tr.add_argument("--task", help="task name, see `evogrid tasks` (default tso-case14)")
+    tr.add_argument("--pop", type=int, help="population size (default 64)")
+    tr.add_argument("--generations", type=int, default=300, help="total generations (default 300)")
+    tr.add_argument("--episodes", type=int, help="episodes per individual (default 4)")
+    tr.add_argument("--seed", type=int)
+    tr.add_argument("--sigma", type=float, help="initial search std / mutation scale (default 0.05)")
+    tr.add_argument("--lr", type=float, help="ES learning rate (default 0.03)")
+    tr.add_argument("--cost-penalty", type=float, help="lambda in fitness = return - lambda * costs (default 1.0)")
+    tr.add_argument("--hidden", type=int, nargs="+", help="MLP widths (default 32 32)")
+    tr.add_argument("--config", help="JSON file of ECConfig keys (command-line options override it)")
+    tr.add_argument("--out", help="run directory (default runs/<task>-<algorithm>-<time>)")
+    tr.add_argument("--checkpoint-every", type=int, default=25, help="generations between checkpoints (default 25)")
+    tr.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    ev = sub.add_parser("eval", help="replay the best policy of a run")
+    ev.add_argument("run_dir")
     ro = sub.add_parser("rollout", help="batched random-policy rollout with a summary table (the default)")
     ro.add_argument("--task", default="tso-case14", help="task name, see `evogrid tasks` (default tso-case14)")
     ro.add_argument("--envs", type=int, default=256, help="parallel environments (default 256)")
@@ -79,10 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("tasks", help="list task names for `make`")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.command is None:
-        args = parser.parse_args(["rollout"])
+        args = parser.parse_args(["train"])
     if args.command == "rollout" and (args.envs < 1 or args.steps < 1):
         parser.error("--envs and --steps must be positive")
-    return {"rollout": _rollout, "cases": _cases, "tasks": _tasks}[args.command](args)
+    if args.command == "train" and (args.generations < 1 or args.checkpoint_every < 1):
+        parser.error("--generations and --checkpoint-every must be positive")
+    return {"train": _train, "eval": _eval, "rollout": _rollout, "cases": _cases, "tasks": _tasks}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ class Workflow:
                 ckpt.save(done, state)
             if progress:
                 _progress(done, generations, start, t0, row)
-        if progress and generations > start:
+        if progress and generations > start and sys.stderr.isatty():
             print(file=sys.stderr)
         if run_dir is not None:
             _write_csv(run_dir / "metrics.csv", history)
@@ -114,9 +114,14 @@ def _write_csv(path: Path, history: list[dict]) -> None:
 
 
 def _progress(done: int, total: int, start: int, t0: float, row: dict) -> None:
+    """A one-line bar redrawn in place on a terminal; in a log, a line every 5% of the run."""
+    tty = sys.stderr.isatty()
+    if not tty and done != total and done % max(1, total // 20):
+        return
     frac = done / total
     rate = (time.perf_counter() - t0) / max(done - start, 1)
     eta = rate * (total - done)
     bar = "#" * int(24 * frac) + "-" * (24 - int(24 * frac))
     shown = "  ".join(f"{k} {row[k]:.4g}" for k in ("fitness_max", "fitness_mean", "cost_mean") if k in row)
-    print(f"\r[{bar}] gen {done}/{total}  {shown}  {rate:.2f}s/gen  ETA {eta:.0f}s", end="", file=sys.stderr, flush=True)
+    line = f"[{bar}] gen {done}/{total}  {shown}  {rate:.3f}s/gen  ETA {eta:.0f}s"
+    print("\r" + line if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)

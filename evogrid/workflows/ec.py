@@ -85,6 +85,7 @@ class ECState:
     generation: jnp.ndarray     # int32
     best_params: jnp.ndarray    # [D] flattened MLP parameters of the fittest individual so far
     best_fitness: jnp.ndarray
+    best_obs_norm: RunningNorm  # the observation statistics it was evaluated with
 
 
 class EvosaxStrategy:
@@ -209,6 +210,7 @@ class ECWorkflow(Workflow):
             generation=jnp.zeros((), jnp.int32),
             best_params=mean,
             best_fitness=jnp.asarray(-jnp.inf, mean.dtype),
+            best_obs_norm=RunningNorm.create(self.obs_dim),
         )
         # evosax's initial states hold weak-typed Python scalars; fixed dtypes keep the jitted
         # step from retracing at generation 2
@@ -238,18 +240,19 @@ class ECWorkflow(Workflow):
         # evosax returns some fields weak-typed (e.g. a schedule's std); keep the input's exact
         # types so the jitted step does not retrace at generation 2
         es_state = jax.tree_util.tree_map(lambda new, old: jnp.asarray(new, dtype=old.dtype), es_state, state.es_state)
+        i_best = jnp.argmax(fitness)
+        improved = fitness[i_best] > state.best_fitness
+        best_norm = jax.tree_util.tree_map(lambda a, b: jnp.where(improved, a, b), state.obs_norm, state.best_obs_norm)
         norm = state.obs_norm
         if self.config.obs_norm:
             mean = metrics["obs_mean"].mean(0)
             var = (metrics["obs_var"] + metrics["obs_mean"] ** 2).mean(0) - mean**2
             n = population.shape[0] * self.config.episodes_per_individual * self.env_params.max_steps
             norm = norm.merge(mean, jnp.maximum(var, 0.0), n)
-        i_best = jnp.argmax(fitness)
-        improved = fitness[i_best] > state.best_fitness
         state = state.replace(
             key=jax.random.key_data(key), es_state=es_state, obs_norm=norm, generation=state.generation + 1,
             best_params=jnp.where(improved, population[i_best], state.best_params),
-            best_fitness=jnp.where(improved, fitness[i_best], state.best_fitness),
+            best_fitness=jnp.where(improved, fitness[i_best], state.best_fitness), best_obs_norm=best_norm,
         )
         out = {
             "fitness_max": fitness.max(), "fitness_mean": fitness.mean(), "fitness_min": fitness.min(),
@@ -258,9 +261,10 @@ class ECWorkflow(Workflow):
         }
         return state, out
 
-    def _evaluate(self, state: ECState, which: str = "best"):
-        params = state.best_params if which == "best" else self.strategy.center(state.es_state)
+    def _evaluate(self, state: ECState):
+        """Mean return and costs over `eval_episodes` fresh episodes of the best individual so far
+        (with the observation statistics it was selected under)."""
         key = jax.random.fold_in(jax.random.wrap_key_data(state.key), 7)
-        metrics = self._play(params, key, state.obs_norm, self.eval_env)
-        return {"return": metrics["episode_return"].mean(), "cost_channels": metrics["episode_cost"].mean(0),
-                "return_std": metrics["episode_return"].std()}
+        metrics = self._play(state.best_params, key, state.best_obs_norm, self.eval_env)
+        return {"return": metrics["episode_return"].mean(), "return_std": metrics["episode_return"].std(),
+                "cost_channels": metrics["episode_cost"].mean(0)}
