@@ -114,3 +114,23 @@ def test_damaged_newest_checkpoint_falls_back(tmp_path, short_task):
     with pytest.raises(CheckpointError, match="no checkpoint .* could be restored"):
         wf.learn(wf.init(), 6, run_dir=tmp_path, resume=True, progress=False)
     assert json.loads((tmp_path / "config.json").read_text())["pop_size"] == 8
+
+
+def test_example_subclass_hook_orders_infeasible_below_feasible(short_task):
+    """examples/cost_constrained_es.py overrides only `fitness`; check its ordering on hand-made numbers."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("example", Path(__file__).parents[1] / "examples" / "cost_constrained_es.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    env, params = short_task
+    wf = example.BudgetedES(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,)), env, params)
+    returns = jnp.array([-10.0, -5.0, -1.0, -2.0])
+    costs = jnp.array([[0.0, 0.0, 0.0], [0.0, 0.01, 0.0], [0.5, 0.0, 0.0], [0.0, 0.2, 0.0]])
+    f = np.asarray(wf.fitness(returns, costs))
+    # feasible (-10, -5) keep their returns; infeasible fall below -10, the larger overshoot (0.45) lowest
+    np.testing.assert_allclose(f[:2], [-10.0, -5.0])
+    assert f[3] < -10.0 and f[2] < f[3]
+    state, _ = wf.step(wf.init())
+    assert np.isfinite(float(state.best_fitness))

@@ -1,0 +1,31 @@
+"""Subclass ECWorkflow to change one hook: a cost-constrained fitness.
+
+Plain ECWorkflow maximises return - lambda * costs with a fixed lambda. Here
+any individual whose summed constraint costs exceed a budget ranks below every
+feasible one (a "death penalty" ordering), which CMDP-minded users often prefer.
+
+    .venv/bin/python examples/cost_constrained_es.py
+"""
+import jax.numpy as jnp
+
+from evogrid.workflows import ECConfig, ECWorkflow
+
+
+class BudgetedES(ECWorkflow):
+    budget = 0.05  # p.u. of summed violations per episode
+
+    def fitness(self, returns, costs):
+        total = costs.sum(-1)
+        feasible = total <= self.budget
+        # infeasible members: below the worst feasible return, ordered by how far they overshoot
+        floor = jnp.min(jnp.where(feasible, returns, jnp.inf))
+        floor = jnp.where(jnp.isfinite(floor), floor, jnp.min(returns))
+        return jnp.where(feasible, returns, floor - 1.0 - 100.0 * (total - self.budget))
+
+
+if __name__ == "__main__":
+    wf = BudgetedES(ECConfig(task="tso-case5", pop_size=32, episodes_per_individual=2, hidden=(16,)))
+    state, history = wf.learn(wf.init(), 60)
+    ev = wf.evaluate(state)
+    names = wf.env.constraint_names(wf.env_params)
+    print(f"best policy: return {float(ev['return']):.2f}; costs", dict(zip(names, [round(float(c), 4) for c in ev["cost_channels"]])))
