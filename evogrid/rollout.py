@@ -17,12 +17,13 @@ import jax.numpy as jnp
 from evogrid.utils.jax_utils import batch_reset, scan_rollout, split_key_for_envs
 
 
-def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool = False):
+def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool = False, obs_moments: bool = True):
     """Run `policy(obs) -> action` for `max_steps` steps from a fresh reset.
 
     Returns (metrics, trajectories):
       metrics: episode_return [*B] (sum of rewards), episode_cost [*B, C] (summed cost channels),
-        episode_length [*B], and obs_mean / obs_var [obs_dim] over every observation the policy saw.
+        episode_length [*B], and (with `obs_moments`) obs_mean / obs_var [obs_dim] over every
+        observation the policy saw.
       trajectories: None, or with `keep_trajectory` a dict of obs, action, reward, costs, done
         stacked on a leading [max_steps] axis.
     *B is the batch shape of the env (empty for a single env, [num_envs] for a TrainingWrapper).
@@ -36,8 +37,9 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
     def body(carry, key):
         obs, state, s1, s2 = carry
         action = policy(obs)
-        flat = obs.reshape(-1, obs_dim)
-        s1, s2 = s1 + flat.sum(0), s2 + (flat * flat).sum(0)
+        if obs_moments:
+            flat = obs.reshape(-1, obs_dim)
+            s1, s2 = s1 + flat.sum(0), s2 + (flat * flat).sum(0)
         next_obs, state, reward, costs, done, _ = step(key, state, action, params)
         out = (reward, costs, done) + ((obs, action) if keep_trajectory else ())
         return (next_obs, state, s1, s2), out
@@ -51,9 +53,9 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
         "episode_return": reward.sum(0),
         "episode_cost": costs.sum(0),
         "episode_length": jnp.full(reward.shape[1:], max_steps, jnp.int32),
-        "obs_mean": mean,
-        "obs_var": jnp.maximum(s2 / n - mean * mean, 0.0),
     }
+    if obs_moments:
+        metrics.update(obs_mean=mean, obs_var=jnp.maximum(s2 / n - mean * mean, 0.0))
     trajectories = None
     if keep_trajectory:
         trajectories = {"obs": outs[3], "action": outs[4], "reward": reward, "costs": costs, "done": done}

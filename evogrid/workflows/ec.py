@@ -225,7 +225,8 @@ class ECWorkflow(Workflow):
         return act
 
     def _play(self, flat_params, key, norm, batch_env):
-        metrics, _ = rollout(batch_env, self._policy(flat_params, norm), key, self.env_params.max_steps, self.env_params)
+        metrics, _ = rollout(batch_env, self._policy(flat_params, norm), key, self.env_params.max_steps, self.env_params,
+                             obs_moments=self.config.obs_norm)
         return metrics
 
     def _step(self, state: ECState):
