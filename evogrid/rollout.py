@@ -21,8 +21,9 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
     """Run `policy(obs) -> action` for `max_steps` steps from a fresh reset.
 
     Returns (metrics, trajectories):
-      metrics: episode_return [*B] (sum of rewards), episode_cost [*B, C] (summed cost channels),
-        episode_length [*B], and (with `obs_moments`) obs_mean / obs_var [obs_dim] over every
+      metrics: episode_return [*B] (sum of rewards up to and including the first `done`; when
+        `max_steps` crosses episode boundaries, the sum over all of them), episode_cost [*B, C]
+        (summed cost channels, same span), episode_length [*B] (steps counted), and (with `obs_moments`) obs_mean / obs_var [obs_dim] over every
         observation the policy saw.
       trajectories: None, or with `keep_trajectory` a dict of obs, action, reward, costs, done
         stacked on a leading [max_steps] axis.
@@ -35,30 +36,35 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
     obs_dim = obs.shape[-1]
 
     def body(carry, key):
-        obs, state, s1, s2 = carry
+        obs, state, alive, s1, s2, count = carry
         action = policy(obs)
-        if obs_moments:
-            flat = obs.reshape(-1, obs_dim)
-            s1, s2 = s1 + flat.sum(0), s2 + (flat * flat).sum(0)
+        if obs_moments:  # observations of live episodes only
+            flat = obs.reshape(-1, obs_dim) * alive.reshape(-1, 1)
+            s1, s2, count = s1 + flat.sum(0), s2 + (flat * flat).sum(0), count + alive.sum()
         next_obs, state, reward, costs, done, _ = step(key, state, action, params)
-        out = (reward, costs, done) + ((obs, action) if keep_trajectory else ())
-        return (next_obs, state, s1, s2), out
+        out = (reward, costs, done, alive) + ((obs, action) if keep_trajectory else ())
+        # without resets, an episode that ends early must stop counting (a terminated gymnax
+        # env would otherwise keep stepping)
+        alive = alive if crosses else alive & ~done
+        return (next_obs, state, alive, s1, s2, count), out
 
     zeros = jnp.zeros((obs_dim,), obs.dtype)
-    (_, _, s1, s2), outs = jax.lax.scan(body, (obs, state, zeros, zeros), jax.random.split(k_steps, max_steps))
-    reward, costs, done = outs[:3]
-    n = max_steps * (obs.size // obs_dim)
+    alive0 = jnp.ones(obs.shape[:-1], bool)
+    carry0 = (obs, state, alive0, zeros, zeros, jnp.zeros((), obs.dtype))
+    (_, _, _, s1, s2, n), outs = jax.lax.scan(body, carry0, jax.random.split(k_steps, max_steps))
+    reward, costs, done, alive = outs[:4]
+    n = jnp.maximum(n, 1.0)
     mean = s1 / n
     metrics = {
-        "episode_return": reward.sum(0),
-        "episode_cost": costs.sum(0),
-        "episode_length": jnp.full(reward.shape[1:], max_steps, jnp.int32),
+        "episode_return": jnp.where(alive, reward, 0.0).sum(0),
+        "episode_cost": jnp.where(alive[..., None], costs, 0.0).sum(0),
+        "episode_length": alive.sum(0).astype(jnp.int32),
     }
     if obs_moments:
-        metrics.update(obs_mean=mean, obs_var=jnp.maximum(s2 / n - mean * mean, 0.0))
+        metrics.update(obs_mean=mean, obs_var=jnp.maximum(s2 / n - mean * mean, 0.0), obs_count=n)
     trajectories = None
     if keep_trajectory:
-        trajectories = {"obs": outs[3], "action": outs[4], "reward": reward, "costs": costs, "done": done}
+        trajectories = {"obs": outs[4], "action": outs[5], "reward": reward, "costs": costs, "done": done}
     return metrics, trajectories
 
 

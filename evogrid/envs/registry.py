@@ -24,7 +24,12 @@ def list_tasks() -> list[str]:
 
 
 def make(name: str, **kwargs):
-    """Build a named task: returns (env, params)."""
+    """Build a named task: returns (env, params). "gymnax:<id>" wraps a gymnax environment."""
+    if name.startswith("gymnax:"):
+        from evogrid.envs.gymnax_adapter import GymnaxEnv
+
+        env = GymnaxEnv(name.split(":", 1)[1])
+        return env, env.default_params()
     parts = name.lower().split("-")
     ac = parts[-1] == "ac"
     if ac:
@@ -37,7 +42,8 @@ def make(name: str, **kwargs):
                 kwargs["ac"] = True
             return env_cls(), make_params(case, **kwargs)
     shown = ", ".join(n for n in list_tasks() if not n.endswith("-ac"))
-    raise ValueError(f"unknown task {name!r}; known tasks: {shown} (append '-ac' for the AC power-flow mode)")
+    raise ValueError(f"unknown task {name!r}; known tasks: {shown} (append '-ac' for the AC power-flow mode; "
+                     "'gymnax:<id>' for a gymnax environment)")
 
 
 def _register_builtin():

@@ -246,10 +246,10 @@ class ECWorkflow(Workflow):
         best_norm = jax.tree_util.tree_map(lambda a, b: jnp.where(improved, a, b), state.obs_norm, state.best_obs_norm)
         norm = state.obs_norm
         if self.config.obs_norm:
-            mean = metrics["obs_mean"].mean(0)
-            var = (metrics["obs_var"] + metrics["obs_mean"] ** 2).mean(0) - mean**2
-            n = population.shape[0] * self.config.episodes_per_individual * self.env_params.max_steps
-            norm = norm.merge(mean, jnp.maximum(var, 0.0), n)
+            w = metrics["obs_count"] / metrics["obs_count"].sum()  # pool the individuals' moments by count
+            mean = jnp.einsum("p,pd->d", w, metrics["obs_mean"])
+            var = jnp.einsum("p,pd->d", w, metrics["obs_var"] + metrics["obs_mean"] ** 2) - mean**2
+            norm = norm.merge(mean, jnp.maximum(var, 0.0), metrics["obs_count"].sum())
         state = state.replace(
             key=jax.random.key_data(key), es_state=es_state, obs_norm=norm, generation=state.generation + 1,
             best_params=jnp.where(improved, population[i_best], state.best_params),
