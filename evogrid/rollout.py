@@ -17,7 +17,8 @@ import jax.numpy as jnp
 from evogrid.utils.jax_utils import batch_reset, scan_rollout, split_key_for_envs
 
 
-def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool = False, obs_moments: bool = True):
+def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool = False, obs_moments: bool = True,
+            auto_reset: bool | None = None):
     """Run `policy(obs) -> action` for `max_steps` steps from a fresh reset.
 
     Returns (metrics, trajectories):
@@ -28,10 +29,11 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
       trajectories: None, or with `keep_trajectory` a dict of obs, action, reward, costs, done
         stacked on a leading [max_steps] axis.
     *B is the batch shape of the env (empty for a single env, [num_envs] for a TrainingWrapper).
+    `auto_reset` forces the step kind (default: auto-reset only when `max_steps` exceeds the horizon).
     """
     k_reset, k_steps = jax.random.split(rng)
     obs, state = env.reset(k_reset, params)
-    crosses = max_steps > params.max_steps
+    crosses = max_steps > params.max_steps if auto_reset is None else auto_reset
     step = env.step_auto_reset if crosses else env.step_no_reset
     obs_dim = obs.shape[-1]
 

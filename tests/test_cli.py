@@ -55,6 +55,7 @@ def test_killed_run_resumes_bit_identically(tmp_path):
     ev = _cli("eval", str(killed))
     assert ev.returncode == 0 and "best policy over 16 fresh episodes: return" in ev.stdout and "cost 'balance'" in ev.stdout
     assert (killed / "learning_curve.png").stat().st_size > 1000 and (killed / "metrics.csv").exists()
+    assert list((killed / "tb").glob("events.out.tfevents.*"))  # TensorBoard scalars
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,7 +1,8 @@
 """The `Workflow` base: `init(key)`, jitted `step(state)` / `evaluate(state)`, and the Python `learn` loop.
 
 `learn` is the only Python in a run: it calls the compiled `step` once per
-generation, appends the metrics to `<run_dir>/metrics.jsonl` (and CSV), prints
+generation, appends the metrics to `<run_dir>/metrics.jsonl` (and CSV, and
+TensorBoard event files under `<run_dir>/tb` when tensorboardX is installed), prints
 progress with an ETA, and checkpoints the whole state every
 `checkpoint_every` generations and at the end. With `resume=True` it continues
 from the newest checkpoint, bit-identically to an uninterrupted run: the state
@@ -63,6 +64,7 @@ class Workflow:
                 raise FileExistsError(f"{run_dir} already holds checkpoints; pass resume=True (--resume) or use a new directory")
             _write_history(run_dir, history)
         start = start or 0
+        tb = _tensorboard(run_dir, start) if run_dir is not None else None
         t0 = time.perf_counter()
         for gen in range(start, generations):
             state, metrics = self.step(state)
@@ -71,6 +73,10 @@ class Workflow:
             if run_dir is not None:
                 with open(run_dir / "metrics.jsonl", "a") as f:
                     f.write(json.dumps(row) + "\n")
+            if tb is not None:
+                for k, v in row.items():
+                    if isinstance(v, (int, float)) and k != "generation":
+                        tb.add_scalar(k, v, gen + 1)
             done = gen + 1
             if ckpt is not None and (done % checkpoint_every == 0 or done == generations):
                 ckpt.save(done, state)
@@ -80,7 +86,18 @@ class Workflow:
             print(file=sys.stderr)
         if run_dir is not None:
             _write_csv(run_dir / "metrics.csv", history)
+        if tb is not None:
+            tb.close()
         return state, history
+
+
+def _tensorboard(run_dir: Path, start: int):
+    """A tensorboardX writer (None when it is not installed); on resume, events after `start` are purged."""
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(run_dir / "tb"), purge_step=start + 1 if start else None, flush_secs=10)
 
 
 def _to_python(metrics) -> dict:
