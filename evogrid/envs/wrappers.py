@@ -9,7 +9,23 @@ from evogrid.envs.environment import Environment
 from evogrid.utils.jax_utils import stop_obs_state_gradient
 
 
-class TrainingWrapper:
+class _ForwardSpaces:
+    """Spaces and constraint names are those of the wrapped `self.env`."""
+
+    def observation_space(self, params):
+        return self.env.observation_space(params)
+
+    def action_space(self, params):
+        return self.env.action_space(params)
+
+    def constraint_names(self, params):
+        return self.env.constraint_names(params)
+
+    def num_constraints(self, params):
+        return len(self.env.constraint_names(params))
+
+
+class TrainingWrapper(_ForwardSpaces):
     """A batch of `num_envs` copies of `env`: `reset`/`step` take one key and batched states/actions.
 
     `vmap_step=True` vectorises the per-env step with `jax.vmap` (one fused
@@ -42,18 +58,6 @@ class TrainingWrapper:
     def step_no_reset(self, key, state, action, params):
         return self._batched(self.env.step_no_reset, key, state, action, params=params)
 
-    def observation_space(self, params):
-        return self.env.observation_space(params)
-
-    def action_space(self, params):
-        return self.env.action_space(params)
-
-    def constraint_names(self, params):
-        return self.env.constraint_names(params)
-
-    def num_constraints(self, params):
-        return self.env.num_constraints(params)
-
 
 @struct.dataclass
 class LogState:
@@ -63,7 +67,7 @@ class LogState:
     time_step: jnp.ndarray
 
 
-class LogWrapper(Environment):
+class LogWrapper(_ForwardSpaces, Environment):
     """Adds the running and the finished episode's return and length to `info`.
 
     `info["returned_episode_return"]` / `["returned_episode_length"]` hold the
@@ -85,12 +89,3 @@ class LogWrapper(Environment):
         info = dict(info, episode_return=ret, episode_length=length,
                     returned_episode_return=jnp.where(done, ret, 0.0), returned_episode_length=jnp.where(done, length, 0))
         return obs, LogState(env_state, ret, length, env_state.time_step), reward, costs, done, info
-
-    def observation_space(self, params):
-        return self.env.observation_space(params)
-
-    def action_space(self, params):
-        return self.env.action_space(params)
-
-    def constraint_names(self, params):
-        return self.env.constraint_names(params)
