@@ -1,10 +1,11 @@
 """Environments (PowerZooJax contract): `Environment`, task envs, `make(name)`."""
+from evogrid.envs.dist import DistGridEnv, DistParams, DistState, make_dist_params
 from evogrid.envs.environment import Environment, EnvParams, EnvState
 from evogrid.envs.registry import list_tasks, make
 from evogrid.envs.spaces import Box
 from evogrid.envs.trans import TransGridEnv, TransParams, TransState, make_trans_params
 
 __all__ = [
-    "Box", "EnvParams", "EnvState", "Environment", "TransGridEnv", "TransParams", "TransState",
+    "Box", "DistGridEnv", "DistParams", "DistState", "make_dist_params", "EnvParams", "EnvState", "Environment", "TransGridEnv", "TransParams", "TransState",
     "list_tasks", "make", "make_trans_params",
 ]

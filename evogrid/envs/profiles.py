@@ -26,3 +26,18 @@ def daily_load_profiles(base_mw: np.ndarray, n_days: int, n_steps: int, delta_t_
     day_scale = rng.uniform(1.0 - day_spread, 1.0, size=(n_days, 1, 1))
     noise = 1.0 + bus_noise * rng.standard_normal((n_days, n_steps, base_mw.shape[0]))
     return base_mw[None, None, :] * shape[None, :, None] * day_scale * np.clip(noise, 0.0, None)
+
+
+def daily_pv_profiles(n_units: int, n_days: int, n_steps: int, delta_t_hours: float, seed: int = 0,
+                      cloud_spread: float = 0.3) -> np.ndarray:
+    """PV availability per unit as a share of rating, [n_days, n_steps, n_units] in [0, 1].
+
+    A clear-sky bell between 6 h and 18 h (peak at noon) times a seeded daily
+    cloudiness factor uniform in [1 - cloud_spread, 1] and a little per-step noise.
+    """
+    rng = np.random.default_rng(seed + 7919)
+    hours = (np.arange(n_steps) + 0.5) * delta_t_hours % 24.0
+    clear = np.clip(np.sin(np.pi * (hours - 6.0) / 12.0), 0.0, None)
+    cloud = rng.uniform(1.0 - cloud_spread, 1.0, size=(n_days, 1, 1))
+    noise = 1.0 + 0.05 * rng.standard_normal((n_days, n_steps, n_units))
+    return np.clip(clear[None, :, None] * cloud * noise, 0.0, 1.0)

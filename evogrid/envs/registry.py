@@ -19,7 +19,7 @@ def list_tasks() -> list[str]:
     names = []
     for prefix, (_, _, cases) in _TASKS.items():
         for c in cases:
-            names += [f"{prefix}-case{c}", f"{prefix}-case{c}-ac"]
+            names += [f"{prefix}-case{c}"] + ([f"{prefix}-case{c}-ac"] if prefix == "tso" else [])
     return names
 
 
@@ -37,7 +37,7 @@ def make(name: str, **kwargs):
     if len(parts) == 2 and parts[0] in _TASKS and parts[1].startswith("case"):
         env_cls, make_params, cases = _TASKS[parts[0]]
         case = parts[1].removeprefix("case")
-        if case in cases:
+        if case in cases and not (ac and parts[0] != "tso"):
             if ac:
                 kwargs["ac"] = True
             return env_cls(), make_params(case, **kwargs)
@@ -50,6 +50,9 @@ def _register_builtin():
     from evogrid.envs.trans import TransGridEnv, make_trans_params
 
     register("tso", TransGridEnv, make_trans_params, [c for c in list_cases() if c != "33bw"])
+    from evogrid.envs.dist import DistGridEnv, make_dist_params
+
+    register("dso", DistGridEnv, make_dist_params, ["33bw"])
 
 
 _register_builtin()

@@ -1,0 +1,175 @@
+"""DSO task: voltage control on a radial distribution feeder (PowerZooJax `DistGridEnv`).
+
+Controllable resources at configurable buses:
+* flexible loads: action a in [-1, 1] scales the bus load by (1 + shift_max * a);
+  any change costs `discomfort_price` per MWh moved;
+* PV inverters: two actions each, curtailment of max(a, 0) of the available
+  power and reactive power q = a_q * sqrt(S^2 - P^2) within the inverter rating S.
+The zero action is "no control": no shift, no curtailment, unity power factor.
+Each step solves the radial AC power flow by backward/forward sweep.
+
+reward = -(loss energy * loss_price + curtailed energy * curtail_price
+           + shifted energy * discomfort_price) * reward_scale   ($ before scaling)
+Cost channels (never folded into the reward):
+  voltage   sum over buses of |V| outside [v_min, v_max] (p.u., default 0.95-1.05)
+  thermal   sum of branch current above its rating (p.u. of base; 33bw has no ratings)
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from evogrid.case import Case, load_case
+from evogrid.case.matpower import PD, QD
+from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
+from evogrid.envs.profiles import daily_load_profiles, daily_pv_profiles
+from evogrid.envs.spaces import Box
+from evogrid.physics import RadialNetwork, backward_forward_sweep, make_radial_network
+from evogrid.physics._common import as_float
+from evogrid.utils.jax_utils import uniform_index
+
+
+@struct.dataclass
+class DistState(EnvState):
+    day: jnp.ndarray   # int32
+    vm: jnp.ndarray    # [n_bus] p.u. of the last solved step
+    va: jnp.ndarray    # [n_bus] rad
+
+
+@struct.dataclass
+class DistParams(EnvParams):
+    load_p: jnp.ndarray = None       # [n_days, T, n_bus] MW
+    load_q: jnp.ndarray = None       # [n_days, T, n_bus] MVAr
+    pv_avail: jnp.ndarray = None     # [n_days, T, n_pv] share of rating
+    pv_rating: jnp.ndarray = None    # [n_pv] MW (inverter S = pv_rating * inverter_oversize)
+    inverter_s: jnp.ndarray = None   # [n_pv] MVA
+    pv_incidence: jnp.ndarray = None    # [n_pv, n_bus]
+    flex_incidence: jnp.ndarray = None  # [n_flex, n_bus]
+    shift_max: jnp.ndarray = None
+    v_min: jnp.ndarray = None
+    v_max: jnp.ndarray = None
+    i_max: jnp.ndarray = None        # [n_branch] p.u. current rating, inf = unlimited
+    loss_price: jnp.ndarray = None   # $/MWh
+    curtail_price: jnp.ndarray = None
+    discomfort_price: jnp.ndarray = None
+    reward_scale: jnp.ndarray = None
+    net: RadialNetwork = None
+    init: DistState = None           # [n_days] start-of-day states
+    init_obs: jnp.ndarray = None     # [n_days, obs_dim]
+    time_features: jnp.ndarray = None  # [max_steps + 1, 3]
+    base_mva: float = struct.field(pytree_node=False, default=10.0)
+    sweeps: int = struct.field(pytree_node=False, default=12)
+
+
+class DistGridEnv(Environment):
+    """Distribution voltage control. Use with `make_dist_params(case)`."""
+
+    def reset_env(self, key, params: DistParams):
+        day = uniform_index(key, params.load_p.shape[0])
+        return params.init_obs[day], jax.tree_util.tree_map(lambda x: x[day], params.init)
+
+    def step_env(self, key, state: DistState, action, params: DistParams):
+        action, n_bad = sanitize_action(action)
+        n_flex = params.flex_incidence.shape[0]
+        n_pv = params.pv_incidence.shape[0]
+        a_flex, a_curt, a_q = action[:n_flex], action[n_flex:n_flex + n_pv], action[n_flex + n_pv:]
+        t = state.time_step
+        load_p, load_q = params.load_p[state.day, t], params.load_q[state.day, t]
+        flex_p = params.flex_incidence @ load_p               # [n_flex] MW at the flexible buses
+        shift = params.shift_max * a_flex * flex_p            # MW added (+) or removed (-)
+        scale = 1.0 + (params.shift_max * a_flex) @ params.flex_incidence
+        load_p, load_q = load_p * scale, load_q * scale
+        avail = params.pv_avail[state.day, t] * params.pv_rating
+        curtail = jnp.maximum(a_curt, 0.0) * avail
+        pv_p = avail - curtail
+        pv_q = a_q * jnp.sqrt(jnp.maximum(params.inverter_s**2 - pv_p**2, 0.0))
+        s_load = ((load_p - pv_p @ params.pv_incidence) + 1j * (load_q - pv_q @ params.pv_incidence)) / params.base_mva
+        v0 = (state.vm * jnp.exp(1j * state.va)).astype(params.net.z.dtype)
+        v, i_br, _ = backward_forward_sweep(params.net, s_load, v0, iters=params.sweeps)
+        losses = jnp.sum(jnp.abs(i_br) ** 2 * params.net.z.real) * params.base_mva   # MW
+        vm = jnp.abs(v)
+        dt = params.delta_t_hours
+        dollars = (losses * params.loss_price + jnp.sum(curtail) * params.curtail_price
+                   + jnp.sum(jnp.abs(shift)) * params.discomfort_price) * dt
+        costs = jnp.stack([
+            jnp.sum(jnp.maximum(vm - params.v_max, 0.0) + jnp.maximum(params.v_min - vm, 0.0)),
+            jnp.sum(jnp.maximum(jnp.abs(i_br) - params.i_max, 0.0)),
+        ])
+        substation = jnp.sum(load_p) - jnp.sum(pv_p) + losses  # MW imported at the root
+        new = DistState(time_step=t + 1, day=state.day, vm=vm, va=jnp.angle(v))
+        info = {"losses_mw": losses, "substation_mw": substation, "pv_mw": jnp.sum(pv_p),
+                "curtailed_mw": jnp.sum(curtail), "shifted_mw": jnp.sum(shift), "nonfinite_actions": n_bad,
+                "cost_dollars": dollars}
+        return self._obs(new, params), new, -dollars * params.reward_scale, costs, t + 1 >= params.max_steps, info
+
+    def _obs(self, state: DistState, params: DistParams):
+        """[|V| (n_bus), loads p.u. (n_bus), PV availability (n_pv), sin, cos time of day, progress]."""
+        t = jnp.minimum(state.time_step, params.max_steps - 1)
+        return jnp.concatenate([state.vm, params.load_p[state.day, t] / params.base_mva,
+                                params.pv_avail[state.day, t], params.time_features[state.time_step]])
+
+    def observation_space(self, params: DistParams) -> Box:
+        n = 2 * params.load_p.shape[-1] + params.pv_avail.shape[-1] + 3
+        return Box(-jnp.inf, jnp.inf, (n,))
+
+    def action_space(self, params: DistParams) -> Box:
+        return Box(-1.0, 1.0, (params.flex_incidence.shape[0] + 2 * params.pv_incidence.shape[0],))
+
+    def constraint_names(self, params: DistParams) -> tuple[str, ...]:
+        return ("voltage", "thermal")
+
+
+def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hours: float = 0.5, *,
+                     pv_buses=(18, 22, 25, 33), pv_rating_mw: float = 0.4, inverter_oversize: float = 1.1,
+                     flex_buses=(7, 8, 24, 25, 30, 32), shift_max: float = 0.2, n_days: int = 16, seed: int = 0,
+                     v_min: float = 0.95, v_max: float = 1.05, loss_price: float = 50.0, curtail_price: float = 40.0,
+                     discomfort_price: float = 20.0, reward_scale: float = 0.1, sweeps: int = 12) -> DistParams:
+    """Parameters of `DistGridEnv`. Bus numbers are the case file's (1-based for 33bw).
+
+    Loads: seeded double-peak days scaled from the case's Pd/Qd; PV: seeded clear-sky
+    days with cloudiness. The start-of-day states are solved once here (cached).
+    """
+    case = load_case(case) if not isinstance(case, Case) else case
+    net = make_radial_network(case)  # refuses meshed cases with a clear message
+    index = {int(b): i for i, b in enumerate(case.bus_ids)}
+    for name, buses in (("pv_buses", pv_buses), ("flex_buses", flex_buses)):
+        missing = [b for b in buses if b not in index or index[b] == case.ref_bus]
+        if missing:
+            raise ValueError(f"{name}: bus {missing[0]} is not a non-substation bus of {case.name} (buses 1..{case.n_bus})")
+    eye = np.eye(case.n_bus)
+    load_p = daily_load_profiles(case.bus[:, PD], n_days, max_steps, delta_t_hours, seed=seed)
+    ratio = np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
+    pv = daily_pv_profiles(len(pv_buses), n_days, max_steps, delta_t_hours, seed=seed)
+    hours = (np.arange(max_steps + 1) + 0.5) * delta_t_hours
+    params = DistParams(
+        max_steps=max_steps, delta_t_hours=delta_t_hours, base_mva=case.base_mva, sweeps=sweeps,
+        load_p=as_float(load_p), load_q=as_float(load_p * ratio), pv_avail=as_float(pv),
+        pv_rating=as_float(np.full(len(pv_buses), pv_rating_mw)),
+        inverter_s=as_float(np.full(len(pv_buses), pv_rating_mw * inverter_oversize)),
+        pv_incidence=as_float(eye[[index[b] for b in pv_buses]]),
+        flex_incidence=as_float(eye[[index[b] for b in flex_buses]]),
+        shift_max=as_float(shift_max), v_min=as_float(v_min), v_max=as_float(v_max),
+        i_max=as_float(case.rate_a / case.base_mva), loss_price=as_float(loss_price),
+        curtail_price=as_float(curtail_price), discomfort_price=as_float(discomfort_price),
+        reward_scale=as_float(reward_scale), net=net,
+        time_features=as_float(np.stack([np.sin(2 * np.pi * hours / 24), np.cos(2 * np.pi * hours / 24),
+                                         np.arange(max_steps + 1) / max_steps], axis=1)),
+    )
+    return params.replace(**_initial_states(params, case.n_bus))
+
+
+def _initial_states(params: DistParams, n_bus: int) -> dict:
+    """Each day's state before its first step: the power flow of its first interval with no control."""
+    env = DistGridEnv()
+    neutral = jnp.zeros(env.action_space(params).shape)  # no control
+
+    def one_day(day):
+        flat = DistState(time_step=jnp.int32(0), day=day, vm=jnp.ones(n_bus), va=jnp.zeros(n_bus))
+        _, solved, *_ = env.step_env(jax.random.key(0), flat, neutral, params.replace(sweeps=max(params.sweeps, 30)))
+        state = flat.replace(vm=solved.vm, va=solved.va)
+        return state, env._obs(state, params)
+
+    states, obs = jax.jit(jax.vmap(one_day))(jnp.arange(params.load_p.shape[0], dtype=jnp.int32))
+    return {"init": states, "init_obs": obs}
