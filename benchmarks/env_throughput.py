@@ -41,8 +41,8 @@ def _time(fn, key, repeats):
     return min(times)
 
 
-def evogrid_rate(case: str, ac: bool, n_envs: int, horizon: int, repeats: int):
-    env, params = make(f"tso-case{case}" + ("-ac" if ac else ""), max_steps=horizon)
+def evogrid_rate(task: str, n_envs: int, horizon: int, repeats: int):
+    env, params = make(task, max_steps=horizon)
     n_act = env.action_space(params).shape[0]
 
     def build(full: bool):
@@ -53,7 +53,7 @@ def evogrid_rate(case: str, ac: bool, n_envs: int, horizon: int, repeats: int):
             actions = jax.random.uniform(k_actions, (n_envs, horizon, n_act), minval=-1.0, maxval=1.0)
             single = lambda s, k, a: scan_rollout(env, k, s, params, a)  # noqa: E731
             _, obs, reward, costs, done, info = jax.vmap(single)(states0, split_key_for_envs(k_roll, n_envs), actions)
-            return (obs, reward, costs, done, info["converged"]) if full else reward
+            return (obs, reward, costs, done, info.get("converged", jnp.ones_like(reward))) if full else reward
 
         return collect
 
@@ -77,7 +77,9 @@ def pandapower_rate(case_name: str, ac: bool, steps: int):
     net = getattr(pn, f"case{case_name}")()
     rng = np.random.default_rng(0)
     p_load, q_load = net.load.p_mw.values.copy(), net.load.q_mvar.values.copy()
-    pmin, pmax = net.gen.min_p_mw.fillna(0).values, net.gen.max_p_mw.fillna(net.gen.p_mw).values
+    has_gen = len(net.gen) > 0  # a feeder (33bw) has only the substation
+    pmin = net.gen.min_p_mw.fillna(0).values if has_gen else None
+    pmax = net.gen.max_p_mw.fillna(net.gen.p_mw).values if has_gen else None
     solve = pp.runpp if ac else pp.rundcpp
     solve(net)  # warm-up: pandapower's first call compiles its numba kernels
     t0 = time.perf_counter()
@@ -85,7 +87,8 @@ def pandapower_rate(case_name: str, ac: bool, steps: int):
         scale = rng.uniform(0.6, 1.0)
         net.load["p_mw"] = p_load * scale
         net.load["q_mvar"] = q_load * scale
-        net.gen["p_mw"] = pmin + 0.5 * (rng.uniform(-1, 1, len(pmin)) + 1) * (pmax - pmin) * scale
+        if has_gen:
+            net.gen["p_mw"] = pmin + 0.5 * (rng.uniform(-1, 1, len(pmin)) + 1) * (pmax - pmin) * scale
         solve(net)
         _ = net.res_line.p_from_mw.values  # read the flows, as the env does
     return steps / (time.perf_counter() - t0)
@@ -97,21 +100,22 @@ def main():
     ap.add_argument("--pp-steps", type=int, default=30, help="pandapower reference steps per row")
     args = ap.parse_args()
     n_envs, horizon, repeats = (64, 48, 3) if args.quick else (256, 48, 30)
-    rows = [("5", False), ("14", False), ("118", False), ("14", True), ("118", True)]
-    print(f"# env_throughput: N={n_envs} envs x T={horizon} steps, float32, jax {jax.__version__} on "
-          f"{jax.devices()[0].device_kind} ({os.cpu_count()} CPU cores, {platform.machine()})")
+    # (task, pandapower case, AC?, envs, peer figure or None)
+    rows = [("tso-case5", "5", False, n_envs, PEER[("5", "DC")]), ("tso-case14", "14", False, n_envs, PEER[("14", "DC")]),
+            ("tso-case118", "118", False, n_envs, PEER[("118", "DC")]), ("tso-case14-ac", "14", True, n_envs, PEER[("14", "AC")]),
+            ("tso-case118-ac", "118", True, n_envs, PEER[("118", "AC")]), ("dso-case33bw", "33bw", True, n_envs // 2, None)]
     print(f"# evogrid figures: best of {repeats} calls after the first (compile) call; run-to-run spread on a")
     print("# 2-core VM is about +-20%. pandapower: its own caseN network, one solve per step in Python.")
-    header = ("case", "mode", "evogrid steps/s", "full-traj steps/s", "compile s", "converged",
+    header = ("task", "N", "evogrid steps/s", "full-traj steps/s", "compile s", "converged",
               "pandapower steps/s", "x pandapower", "peer steps/s", "x peer")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    measured = [(case, ac, *evogrid_rate(case, ac, n_envs, horizon, repeats)) for case, ac in rows]
-    for case, ac, lean, full, compile_s, conv in measured:  # pandapower after, so its threads do not overlap ours
-        ref = pandapower_rate(case, ac, max(5, args.pp_steps // (3 if ac and case == "118" else 1)))
-        peer = PEER[(case, "AC" if ac else "DC")]
-        print(f"| {case} | {'AC' if ac else 'DC'} | {lean:,.0f} | {full:,.0f} | {compile_s:.1f} | {conv:.4f} | "
-              f"{ref:,.0f} | {lean / ref:,.0f}x | {peer:,.0f} | {lean / peer:.2f}x |", flush=True)
+    measured = [(row, *evogrid_rate(row[0], row[3], horizon, repeats)) for row in rows]
+    for (task, pp_case, ac, n, peer), lean, full, compile_s, conv in measured:  # pandapower after, so its threads do not overlap ours
+        ref = pandapower_rate(pp_case, ac, max(5, args.pp_steps // (3 if ac and pp_case == "118" else 1)))
+        peer_cols = f"{peer:,.0f} | {lean / peer:.2f}x" if peer else "- | -"
+        print(f"| {task} | {n} | {lean:,.0f} | {full:,.0f} | {compile_s:.1f} | {conv:.4f} | "
+              f"{ref:,.0f} | {lean / ref:,.0f}x | {peer_cols} |", flush=True)
 
 
 if __name__ == "__main__":
