@@ -50,9 +50,14 @@ class Environment:
         action = self._check_action(action, params)
         obs_st, state_st, reward, costs, done, info = self.step_env(key_step, state, action, params)
         obs_re, state_re = self.reset_env(key_reset, params)
-        state = tree_where(done, state_re, state_st)
+        state = tree_where(done, self.carry_over(state_re, state_st), state_st)
         obs = jnp.where(done, obs_re, obs_st)
         return obs, state, reward, costs, done, info
+
+    def carry_over(self, reset_state, stepped_state):
+        """What survives an auto-reset: by default nothing (the fresh episode's state).
+        A wrapper whose statistics must outlive episodes (RewardWrapper) copies them here."""
+        return reset_state
 
     def step_no_reset(self, key: jax.Array, state, action, params):
         """One transition without the auto-reset: for fixed-horizon evaluation that stops at `max_steps`.

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from evogrid.envs.environment import Environment
+from evogrid.envs.environment import Environment, EnvParams
 from evogrid.utils.jax_utils import stop_obs_state_gradient
 
 
@@ -89,3 +89,134 @@ class LogWrapper(_ForwardSpaces, Environment):
         info = dict(info, episode_return=ret, episode_length=length,
                     returned_episode_return=jnp.where(done, ret, 0.0), returned_episode_length=jnp.where(done, length, 0))
         return obs, LogState(env_state, ret, length, env_state.time_step), reward, costs, done, info
+
+
+@struct.dataclass
+class WrappedParams(EnvParams):
+    """Params of a wrapper: the inner env's params plus the wrapper's own leaves."""
+
+    inner: object = None
+    budget: jnp.ndarray = None       # SafeRLWrapper: [C] per-episode cost budget
+    multiplier: jnp.ndarray = None   # SafeRLWrapper: [C] Lagrange multipliers (>= 0)
+    scale: jnp.ndarray = None        # RewardWrapper: reward scale
+
+
+@struct.dataclass
+class SafeState:
+    env_state: object
+    episode_cost: jnp.ndarray        # [C] summed costs of the running episode
+    time_step: jnp.ndarray
+
+
+class SafeRLWrapper(_ForwardSpaces, Environment):
+    """Lagrangian-penalised reward for constrained RL/ES: reward - multiplier . costs.
+
+    The budget and the multipliers are params leaves (`make_params`), so a
+    training loop updates them by dual ascent (`update_multiplier`) without
+    recompiling. `costs` pass through unchanged; `info` adds the raw reward,
+    the running episode cost, and on the final step `episode_cost` and
+    `budget_excess` (episode cost above budget, per channel).
+    """
+
+    def __init__(self, env: Environment):
+        self.env = env
+
+    def make_params(self, inner_params, budget, multiplier=0.0) -> WrappedParams:
+        n = self.env.num_constraints(inner_params)
+        budget = jnp.broadcast_to(jnp.asarray(budget, jnp.zeros(()).dtype), (n,))
+        multiplier = jnp.broadcast_to(jnp.asarray(multiplier, jnp.zeros(()).dtype), (n,))
+        return WrappedParams(max_steps=inner_params.max_steps, delta_t_hours=inner_params.delta_t_hours,
+                             inner=inner_params, budget=budget, multiplier=multiplier)
+
+    def reset_env(self, key, params: WrappedParams):
+        obs, state = self.env.reset_env(key, params.inner)
+        return obs, SafeState(state, jnp.zeros_like(params.budget), state.time_step)
+
+    def step_env(self, key, state: SafeState, action, params: WrappedParams):
+        obs, inner, reward, costs, done, info = self.env.step_env(key, state.env_state, action, params.inner)
+        episode_cost = state.episode_cost + costs
+        penalised = reward - jnp.dot(params.multiplier, costs)
+        info = dict(info, reward_raw=reward, running_episode_cost=episode_cost,
+                    episode_cost=jnp.where(done, episode_cost, 0.0),
+                    budget_excess=jnp.where(done, jnp.maximum(episode_cost - params.budget, 0.0), 0.0))
+        return obs, SafeState(inner, episode_cost, inner.time_step), penalised, costs, done, info
+
+    def observation_space(self, params):
+        return self.env.observation_space(params.inner)
+
+    def action_space(self, params):
+        return self.env.action_space(params.inner)
+
+    def constraint_names(self, params):
+        return self.env.constraint_names(params.inner)
+
+    def num_constraints(self, params):
+        return len(self.constraint_names(params))
+
+
+def update_multiplier(multiplier, episode_cost, budget, lr: float):
+    """One projected dual-ascent step: max(0, lambda + lr * (mean episode cost - budget)), per channel."""
+    mean_cost = episode_cost.reshape(-1, multiplier.shape[-1]).mean(0)
+    return jnp.maximum(multiplier + lr * (mean_cost - budget), 0.0)
+
+
+@struct.dataclass
+class RewardState:
+    env_state: object
+    obs: jnp.ndarray      # last observation (for shaping)
+    ret: jnp.ndarray      # discounted running return (for normalisation)
+    mean: jnp.ndarray
+    var: jnp.ndarray
+    count: jnp.ndarray
+    time_step: jnp.ndarray
+
+
+class RewardWrapper(_ForwardSpaces, Environment):
+    """Reward scaling, optional shaping `shaping(obs, next_obs) -> bonus`, optional running normalisation.
+
+    reward' = (reward * scale + bonus) / sqrt(var of the discounted return + eps) when `normalize`,
+    the usual PPO-style return normalisation; its statistics live in the state and survive
+    auto-resets (`carry_over`), while the discounted return restarts with each episode.
+    `scale` is a params leaf (`make_params`); `shaping`, `normalize`, `gamma` are structure.
+    """
+
+    def __init__(self, env: Environment, shaping=None, normalize: bool = False, gamma: float = 0.99):
+        self.env, self.shaping, self.normalize, self.gamma = env, shaping, normalize, gamma
+
+    def make_params(self, inner_params, scale=1.0) -> WrappedParams:
+        return WrappedParams(max_steps=inner_params.max_steps, delta_t_hours=inner_params.delta_t_hours,
+                             inner=inner_params, scale=jnp.asarray(scale, jnp.zeros(()).dtype))
+
+    def reset_env(self, key, params: WrappedParams):
+        obs, state = self.env.reset_env(key, params.inner)
+        zero = jnp.zeros(())
+        return obs, RewardState(state, obs, zero, zero, zero, zero, state.time_step)
+
+    def carry_over(self, reset_state: RewardState, stepped_state: RewardState):
+        return reset_state.replace(mean=stepped_state.mean, var=stepped_state.var, count=stepped_state.count)
+
+    def step_env(self, key, state: RewardState, action, params: WrappedParams):
+        obs, inner, reward, costs, done, info = self.env.step_env(key, state.env_state, action, params.inner)
+        r = reward * params.scale + (self.shaping(state.obs, obs) if self.shaping is not None else 0.0)
+        ret, mean, var, count = state.ret, state.mean, state.var, state.count
+        if self.normalize:
+            ret = ret * self.gamma + r
+            count = count + 1.0
+            delta = ret - mean
+            mean = mean + delta / count
+            var = var + (delta * (ret - mean) - var) / count
+            r = jnp.where(count >= 2, r / jnp.sqrt(var + 1e-8), r)  # one sample has no spread yet
+        info = dict(info, reward_raw=reward)
+        return obs, RewardState(inner, obs, ret, mean, var, count, inner.time_step), r, costs, done, info
+
+    def observation_space(self, params):
+        return self.env.observation_space(params.inner)
+
+    def action_space(self, params):
+        return self.env.action_space(params.inner)
+
+    def constraint_names(self, params):
+        return self.env.constraint_names(params.inner)
+
+    def num_constraints(self, params):
+        return len(self.constraint_names(params))
