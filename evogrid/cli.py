@@ -45,8 +45,9 @@ def _rollout(args) -> int:
         ("second call", f"{run_s * 1e3:.1f} ms"),
         ("throughput", f"{steps / run_s:,.0f} env-steps/s"),
         ("episode return (mean ± std)", f"{episode_return.mean():.2f} ± {episode_return.std():.2f}"),
-        ("generation cost per step", f"{float(np.asarray(info['gen_cost']).mean()):,.0f} $"),
     ]
+    for name, values in sorted(info.items()):
+        rows.append((f"info '{name}' (mean per step)", f"{float(np.asarray(values).mean()):,.4g}"))
     for name, total in zip(env.constraint_names(params), np.asarray(costs).sum(axis=1).mean(axis=0)):
         rows.append((f"cost '{name}' per episode", f"{total:.3f} p.u."))
     width = max(len(r[0]) for r in rows)

@@ -74,3 +74,10 @@ def test_config_file_typos_are_named(tmp_path):
     cfg.write_text(json.dumps({"task": "tso-case5", "popsize": 8}))
     out = _cli("train", "--config", str(cfg), "--out", str(tmp_path / "run"))
     assert out.returncode == 2 and "unknown config key(s) popsize; valid keys:" in out.stderr
+
+
+@pytest.mark.parametrize("task", ["tso-case5", "dso-case33bw"])
+def test_rollout_command_prints_the_table(task):
+    out = _cli("rollout", "--task", task, "--envs", "4", "--steps", "4")
+    assert out.returncode == 0, out.stderr
+    assert "throughput" in out.stdout and "episode return" in out.stdout and "cost '" in out.stdout
