@@ -40,8 +40,13 @@ class GymnaxEnv(Environment):
         self.n_act = int(space.n) if self.discrete else int(jnp.prod(jnp.asarray(space.shape)))
         self.low, self.high = (None, None) if self.discrete else (space.low, space.high)
 
-    def default_params(self) -> GymnaxParams:
+    def default_params(self, max_steps: int | None = None) -> GymnaxParams:
+        """The gymnax defaults; `max_steps` overrides the episode limit (gymnax's max_steps_in_episode)."""
         inner = self.default_inner
+        if max_steps is not None:
+            if max_steps < 1:
+                raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+            inner = inner.replace(max_steps_in_episode=max_steps)
         return GymnaxParams(max_steps=int(inner.max_steps_in_episode), delta_t_hours=1.0, inner=inner)
 
     def reset_env(self, key, params: GymnaxParams):

@@ -28,8 +28,11 @@ def make(name: str, **kwargs):
     if name.startswith("gymnax:"):
         from evogrid.envs.gymnax_adapter import GymnaxEnv
 
+        unknown = sorted(set(kwargs) - {"max_steps"})
+        if unknown:
+            raise ValueError(f"gymnax tasks take only max_steps, got {', '.join(unknown)}")
         env = GymnaxEnv(name.split(":", 1)[1])
-        return env, env.default_params()
+        return env, env.default_params(kwargs.get("max_steps"))
     parts = name.lower().split("-")
     ac = parts[-1] == "ac"
     if ac:
