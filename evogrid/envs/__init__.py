@@ -1,13 +1,14 @@
 """Environments (PowerZooJax contract): `Environment`, task envs, `make(name)`."""
 from evogrid.envs.dist import DistGridEnv, DistParams, DistState, make_dist_params
 from evogrid.envs.environment import Environment, EnvParams, EnvState
+from evogrid.envs.marl import GridMARLEnv
 from evogrid.envs.registry import list_tasks, make
 from evogrid.envs.spaces import Box
 from evogrid.envs.trans import TransGridEnv, TransParams, TransState, make_trans_params
 from evogrid.envs.wrappers import LogWrapper, RewardWrapper, SafeRLWrapper, TrainingWrapper, update_multiplier
 
 __all__ = [
-    "Box", "DistGridEnv", "DistParams", "DistState", "make_dist_params", "EnvParams", "EnvState", "Environment", "TransGridEnv", "TransParams", "TransState",
+    "Box", "GridMARLEnv", "DistGridEnv", "DistParams", "DistState", "make_dist_params", "EnvParams", "EnvState", "Environment", "TransGridEnv", "TransParams", "TransState",
     "list_tasks", "make", "make_trans_params",
     "LogWrapper", "RewardWrapper", "SafeRLWrapper", "TrainingWrapper", "update_multiplier",
 ]

@@ -120,6 +120,24 @@ class DistGridEnv(Environment):
     def constraint_names(self, params: DistParams) -> tuple[str, ...]:
         return ("voltage", "thermal")
 
+    def agent_specs(self, params: DistParams) -> dict:
+        """One agent per resource: name -> (action indices, observation indices), for `GridMARLEnv`.
+
+        An agent sees its bus voltage and load, its PV availability (PV agents) and
+        the time features; flexible loads act with one value, PV inverters with two
+        (curtailment, reactive power). Call outside jit (params must be concrete).
+        """
+        flex_bus = np.argmax(np.asarray(params.flex_incidence), axis=1)
+        pv_bus = np.argmax(np.asarray(params.pv_incidence), axis=1)
+        n_bus, n_flex, n_pv = params.load_p.shape[-1], len(flex_bus), len(pv_bus)
+        time_idx = list(range(2 * n_bus + n_pv, 2 * n_bus + n_pv + 3))
+        specs = {}
+        for i, b in enumerate(flex_bus):
+            specs[f"flex_{i}"] = (np.array([i]), np.array([b, n_bus + b, *time_idx]))
+        for k, b in enumerate(pv_bus):
+            specs[f"pv_{k}"] = (np.array([n_flex + k, n_flex + n_pv + k]), np.array([b, n_bus + b, 2 * n_bus + k, *time_idx]))
+        return specs
+
 
 def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hours: float = 0.5, *,
                      pv_buses=(18, 22, 25, 33), pv_rating_mw: float = 0.4, inverter_oversize: float = 1.1,
