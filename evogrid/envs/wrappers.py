@@ -10,19 +10,22 @@ from evogrid.utils.jax_utils import stop_obs_state_gradient
 
 
 class _ForwardSpaces:
-    """Spaces and constraint names are those of the wrapped `self.env`."""
+    """Spaces and constraint names are those of the wrapped `self.env` (given its params)."""
+
+    def _inner_params(self, params):
+        return params
 
     def observation_space(self, params):
-        return self.env.observation_space(params)
+        return self.env.observation_space(self._inner_params(params))
 
     def action_space(self, params):
-        return self.env.action_space(params)
+        return self.env.action_space(self._inner_params(params))
 
     def constraint_names(self, params):
-        return self.env.constraint_names(params)
+        return self.env.constraint_names(self._inner_params(params))
 
     def num_constraints(self, params):
-        return len(self.env.constraint_names(params))
+        return len(self.constraint_names(params))
 
 
 class TrainingWrapper(_ForwardSpaces):
@@ -141,17 +144,8 @@ class SafeRLWrapper(_ForwardSpaces, Environment):
                     budget_excess=jnp.where(done, jnp.maximum(episode_cost - params.budget, 0.0), 0.0))
         return obs, SafeState(inner, episode_cost, inner.time_step), penalised, costs, done, info
 
-    def observation_space(self, params):
-        return self.env.observation_space(params.inner)
-
-    def action_space(self, params):
-        return self.env.action_space(params.inner)
-
-    def constraint_names(self, params):
-        return self.env.constraint_names(params.inner)
-
-    def num_constraints(self, params):
-        return len(self.constraint_names(params))
+    def _inner_params(self, params):
+        return params.inner
 
 
 def update_multiplier(multiplier, episode_cost, budget, lr: float):
@@ -209,14 +203,5 @@ class RewardWrapper(_ForwardSpaces, Environment):
         info = dict(info, reward_raw=reward)
         return obs, RewardState(inner, obs, ret, mean, var, count, inner.time_step), r, costs, done, info
 
-    def observation_space(self, params):
-        return self.env.observation_space(params.inner)
-
-    def action_space(self, params):
-        return self.env.action_space(params.inner)
-
-    def constraint_names(self, params):
-        return self.env.constraint_names(params.inner)
-
-    def num_constraints(self, params):
-        return len(self.constraint_names(params))
+    def _inner_params(self, params):
+        return params.inner
