@@ -24,7 +24,7 @@ from flax import struct
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, QD
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
-from evogrid.envs.profiles import daily_load_profiles, daily_pv_profiles
+from evogrid.envs.profiles import daily_load_profiles, daily_pv_profiles, time_features
 from evogrid.envs.spaces import Box
 from evogrid.physics import RadialNetwork, backward_forward_sweep, make_radial_network
 from evogrid.physics._common import as_float
@@ -160,7 +160,6 @@ def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hou
     load_p = daily_load_profiles(case.bus[:, PD], n_days, max_steps, delta_t_hours, seed=seed)
     ratio = np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
     pv = daily_pv_profiles(len(pv_buses), n_days, max_steps, delta_t_hours, seed=seed)
-    hours = (np.arange(max_steps + 1) + 0.5) * delta_t_hours
     params = DistParams(
         max_steps=max_steps, delta_t_hours=delta_t_hours, base_mva=case.base_mva, sweeps=sweeps,
         load_p=as_float(load_p), load_q=as_float(load_p * ratio), pv_avail=as_float(pv),
@@ -172,8 +171,7 @@ def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hou
         i_max=as_float(case.rate_a / case.base_mva), loss_price=as_float(loss_price),
         curtail_price=as_float(curtail_price), discomfort_price=as_float(discomfort_price),
         reward_scale=as_float(reward_scale), net=net,
-        time_features=as_float(np.stack([np.sin(2 * np.pi * hours / 24), np.cos(2 * np.pi * hours / 24),
-                                         np.arange(max_steps + 1) / max_steps], axis=1)),
+        time_features=as_float(time_features(max_steps, delta_t_hours)),
     )
     return params.replace(**_initial_states(params, case.n_bus))
 

@@ -6,12 +6,12 @@ import numpy as np
 
 def daily_load_shape(n_steps: int, delta_t_hours: float) -> np.ndarray:
     """Double-peak daily shape (morning ~9 h, evening ~19 h), peak 1.0, trough about 0.6. [n_steps]"""
+    def shape(h):
+        bump = lambda centre, width: np.exp(-0.5 * ((h - centre) / width) ** 2)  # noqa: E731
+        return 0.6 + 0.25 * bump(9.0, 2.0) + 0.4 * bump(19.0, 2.5)
+
     hours = (np.arange(n_steps) + 0.5) * delta_t_hours % 24.0
-    bump = lambda centre, width: np.exp(-0.5 * ((hours - centre) / width) ** 2)  # noqa: E731
-    full_day = np.arange(0.0, 24.0, 0.25)
-    day_bump = lambda centre, width: np.exp(-0.5 * ((full_day - centre) / width) ** 2)  # noqa: E731
-    peak = np.max(0.6 + 0.25 * day_bump(9.0, 2.0) + 0.4 * day_bump(19.0, 2.5))
-    return (0.6 + 0.25 * bump(9.0, 2.0) + 0.4 * bump(19.0, 2.5)) / peak
+    return shape(hours) / np.max(shape(np.arange(0.0, 24.0, 0.25)))  # peak over the day on a 15-min grid
 
 
 def daily_load_profiles(base_mw: np.ndarray, n_days: int, n_steps: int, delta_t_hours: float,
@@ -41,3 +41,11 @@ def daily_pv_profiles(n_units: int, n_days: int, n_steps: int, delta_t_hours: fl
     cloud = rng.uniform(1.0 - cloud_spread, 1.0, size=(n_days, 1, 1))
     noise = 1.0 + 0.05 * rng.standard_normal((n_days, n_steps, n_units))
     return np.clip(clear[None, :, None] * cloud * noise, 0.0, 1.0)
+
+
+def time_features(max_steps: int, delta_t_hours: float) -> np.ndarray:
+    """Observation features per step index 0..max_steps: [sin, cos of the time of day at the interval's
+    midpoint, episode progress t / max_steps]. [max_steps + 1, 3]"""
+    hours = (np.arange(max_steps + 1) + 0.5) * delta_t_hours
+    phase = 2 * np.pi * hours / 24
+    return np.stack([np.sin(phase), np.cos(phase), np.arange(max_steps + 1) / max_steps], axis=1)

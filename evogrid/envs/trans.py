@@ -35,7 +35,7 @@ from flax import struct
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, QG, RAMP_30, VMAX, VMIN
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
-from evogrid.envs.profiles import daily_load_profiles
+from evogrid.envs.profiles import daily_load_profiles, time_features
 from evogrid.envs.spaces import Box
 from evogrid.utils.jax_utils import uniform_index
 from evogrid.physics import (
@@ -226,12 +226,10 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     if ac and ac_method == "chord":
         params = params.replace(ac_jinv=_base_case_jacobian_inverse(case, params.acn))
     rate = case.rate_a
-    hours = (np.arange(max_steps + 1) + 0.5) * delta_t_hours
     params = params.replace(
         inv_pmax=as_float(1.0 / np.maximum(gen[:, PMAX], 1e-6)),
         inv_rate=as_float(np.where(np.isfinite(rate), 1.0 / rate, 1.0 / case.base_mva)),
-        time_features=as_float(np.stack([np.sin(2 * np.pi * hours / 24), np.cos(2 * np.pi * hours / 24),
-                                         np.arange(max_steps + 1) / max_steps], axis=1)),
+        time_features=as_float(time_features(max_steps, delta_t_hours)),
     )
     init = _initial_states(params)
     return params.replace(init=init, init_obs=jax.vmap(TransGridEnv()._obs, in_axes=(0, None))(init, params))
