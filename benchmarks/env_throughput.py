@@ -1,4 +1,4 @@
-"""Env-steps/s of TransGridEnv under jit(vmap(scan_rollout)), against pandapower stepped in Python.
+"""Env-steps/s of the grid task envs (TSO, DSO, DERs) under jit(vmap(scan_rollout)), against pandapower stepped in Python.
 
     python benchmarks/env_throughput.py            # N=256 envs, T=48 steps (the issue's setting)
     python benchmarks/env_throughput.py --quick    # N=64, fewer repeats
@@ -7,7 +7,9 @@ The evogrid rows use the PowerZooJax "complete pattern" exactly (batch_reset, un
 actions [N, T, A], vmap(scan_rollout), returning the reward trajectory; XLA drops what
 is not returned), plus a "full" column that also returns obs, costs and dones. The
 reference loop re-dispatches pandapower's own network of the same MATPOWER case (random
-set-points within limits, scaled loads) and solves it (rundcpp / runpp) once per step in Python.
+set-points within limits, scaled loads) and solves it (rundcpp / runpp) once per step in Python;
+for the feeders (33bw, 141) it is the same AC power flow the env solves each step, without the
+resources' bookkeeping. Feeder rows use N/2 envs (the issue's N=128).
 """
 from __future__ import annotations
 
@@ -74,7 +76,16 @@ def pandapower_rate(case_name: str, ac: bool, steps: int):
     import pandapower.networks as pn
 
     logging.getLogger("pandapower").setLevel(logging.ERROR)
-    net = getattr(pn, f"case{case_name}")()
+    if hasattr(pn, f"case{case_name}"):
+        net = getattr(pn, f"case{case_name}")()
+    else:  # case141: pandapower does not ship it; convert the same MATPOWER data with its converter
+        from pandapower.converter.pypower import from_ppc
+
+        from evogrid.case import load_case
+
+        c = load_case(case_name)
+        net = from_ppc(dict(version="2", baseMVA=c.base_mva, bus=c.bus, gen=c.gen, branch=c.branch),
+                       f_hz=50, validate_conversion=False)
     rng = np.random.default_rng(0)
     p_load, q_load = net.load.p_mw.values.copy(), net.load.q_mvar.values.copy()
     has_gen = len(net.gen) > 0  # a feeder (33bw) has only the substation
@@ -103,7 +114,8 @@ def main():
     # (task, pandapower case, AC?, envs, peer figure or None)
     rows = [("tso-case5", "5", False, n_envs, PEER[("5", "DC")]), ("tso-case14", "14", False, n_envs, PEER[("14", "DC")]),
             ("tso-case118", "118", False, n_envs, PEER[("118", "DC")]), ("tso-case14-ac", "14", True, n_envs, PEER[("14", "AC")]),
-            ("tso-case118-ac", "118", True, n_envs, PEER[("118", "AC")]), ("dso-case33bw", "33bw", True, n_envs // 2, None)]
+            ("tso-case118-ac", "118", True, n_envs, PEER[("118", "AC")]), ("dso-case33bw", "33bw", True, n_envs // 2, None),
+            ("ders-case141", "141", True, n_envs // 2, None)]
     print(f"# evogrid figures: best of {repeats} calls after the first (compile) call; run-to-run spread on a")
     print("# 2-core VM is about +-20%. pandapower: its own caseN network, one solve per step in Python.")
     header = ("task", "N", "evogrid steps/s", "full-traj steps/s", "compile s", "converged",

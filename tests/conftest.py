@@ -21,7 +21,9 @@ def ppc_of(case):
 def pypower_opts():
     from pypower.api import ppoption
 
-    return ppoption(VERBOSE=0, OUT_ALL=0, PF_TOL=1e-10, PF_MAX_IT=20)
+    # 1e-9 p.u. mismatch: case141 has a near-zero-impedance branch (x = 6e-7 p.u.) whose round-off
+    # keeps the mismatch just above 1e-10; |V| errors at 1e-9 are far below every test tolerance
+    return ppoption(VERBOSE=0, OUT_ALL=0, PF_TOL=1e-9, PF_MAX_IT=20)
 
 
 def bus_injection_mw(case, pg=None):

@@ -35,7 +35,7 @@ mpc.gencost = [
 
 
 def test_list_and_names():
-    assert list_cases() == ["118", "14", "30", "33bw", "5", "57", "9"]
+    assert list_cases() == ["118", "14", "141", "30", "33bw", "5", "57", "9"]
     assert load_case(14).n_bus == load_case("case14").n_bus == 14
     c = load_case("5")
     assert (c.n_bus, c.n_units, c.n_branch) == (5, 5, 6)
@@ -65,7 +65,7 @@ def test_case33bw_matches_pandapower_network():
 
 
 def test_unknown_case_lists_known():
-    with pytest.raises(ValueError, match=r"unknown case 'case7'.*118, 14, 30, 33bw, 5, 57, 9"):
+    with pytest.raises(ValueError, match=r"unknown case 'case7'.*118, 14, 141, 30, 33bw, 5, 57, 9"):
         load_case("case7")
 
 
@@ -124,3 +124,13 @@ def test_missing_or_binary_file(tmp_path):
     bad.write_bytes(b"\xff\xfe\x00binary")
     with pytest.raises(CaseFormatError, match="not a text file"):
         load_case(bad)
+
+
+def test_case141_totals_and_power_factor():
+    """MATPOWER's case141 (v2): 14,052.5 kVA of load at power factor 0.85 = 11.944625 MW, 7.4026 MVAr;
+    the papers quote 11.94 MW and 7.40 MVAr. Radial: 140 branches for 141 buses."""
+    c = load_case("141")
+    assert (c.n_bus, c.n_branch, c.n_units) == (141, 140, 1)
+    np.testing.assert_allclose(c.bus[:, 2].sum(), 0.85 * 14.0525, rtol=1e-12)
+    loaded = c.bus[:, 2] > 0
+    np.testing.assert_allclose(c.bus[loaded, 3] / c.bus[loaded, 2], np.tan(np.arccos(0.85)), rtol=1e-9)

@@ -10,7 +10,7 @@ from evogrid.case.matpower import PD, PG, QD, VA, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
-CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "dso-case33bw"]
+CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "dso-case33bw", "ders-case141"]
 HORIZON = 3  # short episodes so a rollout crosses episode boundaries
 
 

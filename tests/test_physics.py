@@ -26,7 +26,7 @@ from evogrid import physics as ph
 from evogrid.case import load_case
 from evogrid.case.matpower import PF, PG, PT, VA, VM
 
-PANDAPOWER_AC = ["5", "9", "14", "30", "33bw"]
+PANDAPOWER_AC = ["5", "9", "14", "30", "33bw", "141"]
 PANDAPOWER_DC = ["5", "9", "14", "30", "57", "33bw"]
 TOL = {  # dtype -> (DC flow MW, DC angle deg, |V| p.u., AC angle deg)
     "float64": (1e-6, 1e-6, 1e-6, 1e-5),
@@ -73,6 +73,11 @@ def test_dc_power_flow_matches_pypower(name, precision):
 
 @pytest.mark.parametrize("name", ALL_CASES)
 def test_ac_newton_raphson_matches_pypower(name, precision):
+    if name == "141" and precision == "float32":
+        # branch 86-87 has x = 6e-7 p.u. (|y| = 1.6e6 p.u.): float32 round-off in |V| (6e-8) times |y|
+        # leaves a mismatch of ~0.1 p.u., so Newton cannot converge in float32. The feeder tasks solve
+        # case141 with the backward/forward sweep, which works with z and is tested in float32 below.
+        pytest.skip("float32 Newton-Raphson cannot resolve case141's near-zero-impedance branch")
     case = load_case(name)
     ref = _pypower(case, ac=True)
     v, converged, _ = _ac(case)
@@ -122,9 +127,14 @@ def _pandapower(name, ac):
     import pandapower as pp
     import pandapower.networks as pn
 
-    net = getattr(pn, f"case{name}")()
+    if hasattr(pn, f"case{name}"):
+        net = getattr(pn, f"case{name}")()
+    else:  # pandapower does not ship this case: convert our MATPOWER data with pandapower's own converter
+        from pandapower.converter.pypower import from_ppc
+
+        net = from_ppc(ppc_of(load_case(name)), f_hz=50, validate_conversion=False)
     if ac:
-        pp.runpp(net, tolerance_mva=1e-10, init="flat", numba=False)
+        pp.runpp(net, tolerance_mva=1e-8, init="flat", numba=False)  # 1e-8 MVA: see pypower_opts (case141)
     else:
         pp.rundcpp(net)
     return net
@@ -167,16 +177,17 @@ def test_dc_tap_enters_susceptance():
         np.testing.assert_allclose(float(flow[k]), expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["33bw", "141"])
 @pytest.mark.parametrize("precision_name, tol", [("float64", 1e-6), ("float32", 1e-6)])
-def test_radial_sweep_matches_pypower_and_pandapower(precision_name, tol):
+def test_radial_sweep_matches_pypower_and_pandapower(name, precision_name, tol):
     with jax.enable_x64(precision_name == "float64"):
-        case = load_case("33bw")
+        case = load_case(name)
         ref = _pypower(case, ac=True)
         v, i_branch, last_change = ph.backward_forward_sweep(ph.make_radial_network(case), jnp.asarray(-bus_injection_pu(case)), iters=20)
         np.testing.assert_allclose(np.abs(v), ref["bus"][:, VM], atol=tol)
         np.testing.assert_allclose(np.rad2deg(np.angle(v)), ref["bus"][:, VA], atol=10 * tol)
         assert float(last_change) < 1e-6
-        net = _pandapower("33bw", ac=True)
+        net = _pandapower(name, ac=True)
         np.testing.assert_allclose(np.abs(v), net.res_bus.vm_pu.values, atol=tol)
         # losses: sum |I|^2 r over branches equals pandapower's total line losses (MW)
         losses = float(np.sum(np.abs(i_branch) ** 2 * case.branch[:, 2])) * case.base_mva

@@ -1,4 +1,5 @@
 """Environments (PowerZooJax contract): `Environment`, task envs, `make(name)`."""
+from evogrid.envs.ders import DEREnv, DERParams, DERState, make_der_params
 from evogrid.envs.dist import DistGridEnv, DistParams, DistState, make_dist_params
 from evogrid.envs.environment import Environment, EnvParams, EnvState
 from evogrid.envs.marl import GridMARLEnv
@@ -8,7 +9,7 @@ from evogrid.envs.trans import TransGridEnv, TransParams, TransState, make_trans
 from evogrid.envs.wrappers import LogWrapper, RewardWrapper, SafeRLWrapper, TrainingWrapper, update_multiplier
 
 __all__ = [
-    "Box", "GridMARLEnv", "DistGridEnv", "DistParams", "DistState", "make_dist_params", "EnvParams", "EnvState", "Environment", "TransGridEnv", "TransParams", "TransState",
+    "Box", "DEREnv", "DERParams", "DERState", "make_der_params", "GridMARLEnv", "DistGridEnv", "DistParams", "DistState", "make_dist_params", "EnvParams", "EnvState", "Environment", "TransGridEnv", "TransParams", "TransState",
     "list_tasks", "make", "make_trans_params",
     "LogWrapper", "RewardWrapper", "SafeRLWrapper", "TrainingWrapper", "update_multiplier",
 ]

@@ -49,3 +49,18 @@ def time_features(max_steps: int, delta_t_hours: float) -> np.ndarray:
     hours = (np.arange(max_steps + 1) + 0.5) * delta_t_hours
     phase = 2 * np.pi * hours / 24
     return np.stack([np.sin(phase), np.cos(phase), np.arange(max_steps + 1) / max_steps], axis=1)
+
+
+def daily_price_profiles(n_days: int, n_steps: int, delta_t_hours: float, seed: int = 0,
+                         tariff=(40.0, 70.0, 130.0), spread: float = 0.1) -> np.ndarray:
+    """Time-of-use energy price in $/MWh, [n_days, n_steps].
+
+    `tariff` = (off-peak 23-7 h, shoulder 7-17 h, peak 17-23 h) prices; each day is
+    scaled by a seeded factor uniform in [1 - spread, 1 + spread] with 2% per-step noise.
+    """
+    rng = np.random.default_rng(seed + 104729)
+    hours = (np.arange(n_steps) + 0.5) * delta_t_hours % 24.0
+    off, shoulder, peak = tariff
+    base = np.where((hours >= 17) & (hours < 23), peak, np.where((hours >= 7) & (hours < 17), shoulder, off))
+    day = rng.uniform(1.0 - spread, 1.0 + spread, size=(n_days, 1))
+    return base[None, :] * day * (1.0 + 0.02 * rng.standard_normal((n_days, n_steps)))

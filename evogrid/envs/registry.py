@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from evogrid.case import list_cases
 
+RADIAL_FEEDERS = ("33bw", "141")  # distribution feeders: DSO/DERs tasks, not TSO dispatch
 _TASKS = {}  # prefix -> (env class, params factory, case names it accepts)
 
 
@@ -52,10 +53,13 @@ def make(name: str, **kwargs):
 def _register_builtin():
     from evogrid.envs.trans import TransGridEnv, make_trans_params
 
-    register("tso", TransGridEnv, make_trans_params, [c for c in list_cases() if c != "33bw"])
+    register("tso", TransGridEnv, make_trans_params, [c for c in list_cases() if c not in RADIAL_FEEDERS])
     from evogrid.envs.dist import DistGridEnv, make_dist_params
 
     register("dso", DistGridEnv, make_dist_params, ["33bw"])
+    from evogrid.envs.ders import DEREnv, make_der_params
+
+    register("ders", DEREnv, make_der_params, ["141"])
 
 
 _register_builtin()

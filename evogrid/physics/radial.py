@@ -91,14 +91,17 @@ def backward_forward_sweep(net: RadialNetwork, s_load_pu: jnp.ndarray, v0: jnp.n
     n = net.down.shape[1]
     v0 = jnp.full((n,), net.v_root) if v0 is None else v0.astype(net.z.dtype)
     s = s_load_pu.astype(net.z.dtype)
-    down = net.down.astype(net.z.dtype)
+    down = net.down.astype(net.z.real.dtype)
+
+    def real_matmul(m, x):  # a real 0/1 matrix times a complex vector: two real products, not a complex one
+        return jax.lax.complex(m @ x.real, m @ x.imag)
 
     def sweep(v, _):
         i_bus = jnp.conj(s / v) + net.y_sh * v
-        i_br = down @ i_bus
-        v_new = net.v_root - down.T @ (net.z * i_br)
+        i_br = real_matmul(down, i_bus)
+        v_new = net.v_root - real_matmul(down.T, net.z * i_br)
         return v_new, jnp.max(jnp.abs(v_new - v))
 
     v, deltas = jax.lax.scan(sweep, v0, None, length=iters)
-    i_br = down @ (jnp.conj(s / v) + net.y_sh * v)
+    i_br = real_matmul(down, jnp.conj(s / v) + net.y_sh * v)
     return v, i_br, deltas[-1]
