@@ -3,6 +3,7 @@
     evogrid                      # = evogrid train: Open_ES on TSO case14 with the defaults below
     evogrid train --algorithm CMA_ES --task tso-case5 --pop 32 --generations 100 --out runs/cma5
     evogrid train --out runs/cma5 --algorithm CMA_ES --task tso-case5 --pop 32 --generations 200 --resume
+    evogrid train --distributed --coordinator host0:12355 --num-processes 2 --process-id 0   # one per host
     evogrid eval runs/cma5       # replay the best policy, print its return and cost channels
     evogrid rollout --task tso-case118-ac --envs 64 --steps 48   # random-policy throughput table
     evogrid cases                # shipped grid cases
@@ -59,7 +60,23 @@ def _train(args) -> int:
     import json
     from pathlib import Path
 
+    import jax
+
+    if args.distributed and not args.out:
+        print("evogrid: --distributed needs --out (a directory every process can reach)", file=sys.stderr)
+        return 2
+    if args.distributed:  # before any JAX computation
+        from evogrid.utils.sharding import initialize_distributed
+
+        try:
+            initialize_distributed(args.coordinator, args.num_processes, args.process_id)
+        except (ValueError, RuntimeError) as err:
+            print(f"evogrid: cannot start the distributed runtime: {err}\n(pass --coordinator HOST:PORT "
+                  "--num-processes N --process-id I, or run under SLURM / Open MPI)", file=sys.stderr)
+            return 2
     from evogrid.workflows import ECConfig, ECWorkflow
+
+    primary = jax.process_index() == 0
 
     values = {}
     if args.config:
@@ -81,8 +98,12 @@ def _train(args) -> int:
         print(f"evogrid: {err}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else Path("runs") / f"{config.task}-{config.algorithm}-{time.strftime('%Y%m%d-%H%M%S')}"
-    print(f"evogrid train: {config.algorithm} on {config.task}, population {config.pop_size} x "
-          f"{config.episodes_per_individual} episodes, {args.generations} generations -> {out}", flush=True)
+    if primary:
+        n_dev, n_proc = workflow.mesh.devices.size, jax.process_count()
+        print(f"evogrid train: {config.algorithm} on {config.task}, population {config.pop_size} x "
+              f"{config.episodes_per_individual} episodes, {args.generations} generations on {n_dev} "
+              f"{jax.devices()[0].platform.upper()} device(s)" + (f" in {n_proc} processes" if n_proc > 1 else "")
+              + f" -> {out}", flush=True)
     state = workflow.init()
     try:
         state, history = workflow.learn(state, args.generations, run_dir=out, checkpoint_every=args.checkpoint_every,
@@ -90,6 +111,9 @@ def _train(args) -> int:
     except (FileExistsError, RuntimeError) as err:
         print(f"evogrid: {err}", file=sys.stderr)
         return 2
+    if not primary:
+        workflow.evaluate(state)  # a collective computation: every process takes part
+        return 0
     _plot(out, history)
     if history:
         first, last = history[0], history[-1]
@@ -194,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--out", help="run directory (default runs/<task>-<algorithm>-<time>)")
     tr.add_argument("--checkpoint-every", type=int, default=25, help="generations between checkpoints (default 25)")
     tr.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    tr.add_argument("--distributed", action="store_true",
+                    help="multi-host run: start jax.distributed (options below, EVOGRID_* variables, or SLURM/MPI detection)")
+    tr.add_argument("--coordinator", help="with --distributed: HOST:PORT of process 0")
+    tr.add_argument("--num-processes", type=int, help="with --distributed: number of processes")
+    tr.add_argument("--process-id", type=int, help="with --distributed: this process's index")
     ev = sub.add_parser("eval", help="replay the best policy of a run")
     ev.add_argument("run_dir")
     ro = sub.add_parser("rollout", help="batched random-policy rollout with a summary table (the default)")

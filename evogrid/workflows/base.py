@@ -7,7 +7,9 @@ progress with an ETA, and checkpoints the whole state every
 `checkpoint_every` generations and at the end. With `resume=True` it continues
 from the newest checkpoint, bit-identically to an uninterrupted run: the state
 carries the PRNG key, and the metrics file is cut back to the restored
-generation before new lines are appended.
+generation before new lines are appended. With several processes
+(`jax.distributed`), every process runs the loop and takes part in checkpointing
+(orbax coordinates the write); only process 0 writes metrics files and progress.
 """
 from __future__ import annotations
 
@@ -47,10 +49,13 @@ class Workflow:
         """Run until `generations` steps have been taken in total. Returns (state, history)."""
         history: list[dict] = []
         ckpt = start = None
+        primary = jax.process_index() == 0
+        progress = progress and primary
         if run_dir is not None:
             run_dir = Path(run_dir)
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "config.json").write_text(json.dumps(self.config_dict(), indent=2))
+            if primary:
+                (run_dir / "config.json").write_text(json.dumps(self.config_dict(), indent=2))
             ckpt = Checkpointer(run_dir / "checkpoints", self.config_dict())
             restored = ckpt.restore_latest(state) if resume else None
             if resume and restored is None and progress:
@@ -62,15 +67,17 @@ class Workflow:
                     print(f"[evogrid] resumed from generation {start} in {run_dir}", file=sys.stderr)
             elif not resume and ckpt.steps():
                 raise FileExistsError(f"{run_dir} already holds checkpoints; pass resume=True (--resume) or use a new directory")
-            _write_history(run_dir, history)
+            if primary:
+                _write_history(run_dir, history)
         start = start or 0
-        tb = _tensorboard(run_dir, start) if run_dir is not None else None
+        files = run_dir is not None and primary
+        tb = _tensorboard(run_dir, start) if files else None
         t0 = time.perf_counter()
         for gen in range(start, generations):
             state, metrics = self.step(state)
             row = {"generation": gen + 1, **_to_python(metrics)}
             history.append(row)
-            if run_dir is not None:
+            if files:
                 with open(run_dir / "metrics.jsonl", "a") as f:
                     f.write(json.dumps(row) + "\n")
             if tb is not None:
@@ -84,7 +91,7 @@ class Workflow:
                 _progress(done, generations, start, t0, row)
         if progress and generations > start and sys.stderr.isatty():
             print(file=sys.stderr)
-        if run_dir is not None:
+        if files:
             _write_csv(run_dir / "metrics.csv", history)
         if tb is not None:
             tb.close()

@@ -6,6 +6,17 @@ plays the same `episodes_per_individual` episodes, common random numbers, in a
 `TrainingWrapper`; episodes run to the horizon without per-step resets) ->
 fitness -> tell. Fitness is maximised; evosax minimises, and the sign flip
 lives in one place, `EvosaxStrategy.tell`.
+
+Devices: the workflow holds a 1-D mesh over all devices (`utils.sharding`); the state is
+replicated, the population is split over the devices for the rollouts (`shard_map`), and
+results are gathered before fitness and tell, so every reduction over the population runs
+on the whole array. Each device evaluates its share in blocks of `eval_block` individuals
+(a `lax.map` over blocks, `vmap` inside). XLA picks kernels by shape, so a vmapped
+rollout of 4 individuals can round differently from one of 8: with `eval_block` fixed
+(e.g. pop_size / the largest device count you will use) every device runs the same
+block shape and results are bit-identical for any device count (tested with 1 and 2
+devices and with two processes). With the default 0 a device evaluates its whole share
+at once (fastest) and runs on different device counts agree to float rounding.
 """
 from __future__ import annotations
 
@@ -13,7 +24,6 @@ import dataclasses
 import inspect
 from typing import Any
 
-import evosax.algorithms as ea
 import jax
 import jax.numpy as jnp
 import optax
@@ -25,6 +35,7 @@ from evogrid.envs.wrappers import TrainingWrapper
 from evogrid.networks import RunningNorm, make_vmap_mlp
 from evogrid.operators import MLPMutation, elite_indices, tournament_selection, uniform_crossover
 from evogrid.rollout import rollout
+from evogrid.utils.sharding import POP_AXIS, check_divisible, gather, population_mesh, replicate
 from evogrid.workflows.base import Workflow
 
 EVOSAX_ALGORITHMS = ("Open_ES", "CMA_ES", "Sep_CMA_ES", "SNES", "xNES", "PGPE", "ARS", "SimpleGA")
@@ -47,6 +58,7 @@ class ECConfig:
     obs_norm: bool = True
     vmap_step: bool = True
     eval_episodes: int = 16
+    eval_block: int = 0             # individuals evaluated together; 0 = each device's whole share (see below)
     elite: int = 4                  # GA: members copied unchanged
     mutation_rate: float = 1.0      # GA: share of parameters perturbed
     seed: int = 0
@@ -62,6 +74,8 @@ class ECConfig:
             raise ValueError(f"{self.algorithm} samples antithetic pairs: pop_size must be even, got {self.pop_size}")
         if self.algorithm == "GA" and not 0 <= self.elite < self.pop_size:
             raise ValueError(f"elite must be in [0, pop_size), got {self.elite}")
+        if self.eval_block < 0 or (self.eval_block and self.pop_size % self.eval_block):
+            raise ValueError(f"eval_block must be 0 or divide pop_size {self.pop_size}, got {self.eval_block}")
         if self.sigma <= 0 or self.learning_rate <= 0 or self.cost_penalty < 0:
             raise ValueError("sigma and learning_rate must be > 0 and cost_penalty >= 0")
 
@@ -92,6 +106,10 @@ class EvosaxStrategy:
     """Adapter over an evosax 0.3 algorithm: flat [D] solutions, fitness maximised."""
 
     def __init__(self, name: str, pop_size: int, template, sigma: float, learning_rate: float):
+        # imported here: importing evosax.algorithms creates arrays, which would start the XLA backend
+        # before `evogrid train --distributed` can call jax.distributed.initialize
+        import evosax.algorithms as ea
+
         cls = getattr(ea, name)
         accepted = inspect.signature(cls.__init__).parameters
         kwargs = {}
@@ -169,8 +187,17 @@ class ECWorkflow(Workflow):
     (see examples/cost_constrained_es.py).
     """
 
-    def __init__(self, config: ECConfig = ECConfig(), env=None, env_params=None):
+    def __init__(self, config: ECConfig = ECConfig(), env=None, env_params=None, mesh=None):
+        """`mesh`: a 1-D `jax.sharding.Mesh` with axis "pop" (default: every visible device);
+        pop_size must be a multiple of its size."""
         self.config = config
+        self.mesh = population_mesh() if mesh is None else mesh
+        check_divisible(config.pop_size, self.mesh)
+        share = config.pop_size // self.mesh.devices.size
+        self.block = config.eval_block or share
+        if share % self.block:
+            raise ValueError(f"eval_block {config.eval_block} must divide each device's share of the population "
+                             f"({share} = pop_size {config.pop_size} / {self.mesh.devices.size} devices)")
         if env is None:
             env, env_params = make(config.task)
         self.env, self.env_params = env, env_params
@@ -213,8 +240,8 @@ class ECWorkflow(Workflow):
             best_obs_norm=RunningNorm.create(self.obs_dim),
         )
         # evosax's initial states hold weak-typed Python scalars; fixed dtypes keep the jitted
-        # step from retracing at generation 2
-        return jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.asarray(x).dtype), state)
+        # step from retracing at generation 2. The state lives replicated on the mesh.
+        return replicate(jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.asarray(x).dtype), state), self.mesh)
 
     def _policy(self, flat_params, norm: RunningNorm):
         params = self.unravel(flat_params)
@@ -229,11 +256,31 @@ class ECWorkflow(Workflow):
                              obs_moments=self.config.obs_norm)
         return metrics
 
+    def _play_population(self, population, key, norm):
+        """Metrics of every individual ([pop, ...], replicated): each device plays its slice of the
+        population in blocks, then an explicit all-gather hands every device the whole result (so
+        no reduction over the population can be split across devices by the partitioner)."""
+        P = jax.sharding.PartitionSpec
+
+        def local(pop):
+            blocks = pop.reshape(-1, self.block, pop.shape[-1])
+            play = jax.vmap(self._play, in_axes=(0, None, None, None))
+            out = jax.lax.map(lambda b: play(b, key, norm, self.episodes), blocks)
+            out = jax.tree_util.tree_map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), out)
+            return jax.lax.all_gather(out, POP_AXIS, tiled=True)
+
+        # no other collectives inside: check_vma=False lets replicated inputs (key, norm) seed per-device scans
+        return jax.shard_map(local, mesh=self.mesh, in_specs=P(POP_AXIS), out_specs=P(), check_vma=False)(population)
+
     def _step(self, state: ECState):
         key = jax.random.wrap_key_data(state.key)
         key, k_ask, k_eval, k_tell = jax.random.split(key, 4)
         population, es_state = self.strategy.ask(k_ask, state.es_state)
-        metrics = jax.vmap(self._play, in_axes=(0, None, None, None))(population, k_eval, state.obs_norm, self.episodes)
+        # pinned replicated: otherwise the partitioner propagates the rollout's split of the population
+        # into the ES update and splits its sums over individuals across devices (other rounding)
+        population = gather(population, self.mesh)
+        metrics = self._play_population(population, k_eval, state.obs_norm)
+        # every reduction below sees the whole population, in the same order on every device
         returns = metrics["episode_return"].mean(-1)          # [pop]
         costs = metrics["episode_cost"].mean(-2)              # [pop, C]
         fitness = self.fitness(returns, costs)

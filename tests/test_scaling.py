@@ -1,0 +1,100 @@
+"""Population sharding: the same seed gives bit-identical fitness and parameters on 1 device, 2 devices
+(forced host devices) and 2 processes (jax.distributed on 127.0.0.1, gloo collectives); a checkpoint
+written by the two-process run restores in a single process."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from evogrid.utils.checkpoint import Checkpointer
+from evogrid.utils.sharding import check_divisible
+from evogrid.workflows import ECConfig, ECWorkflow
+
+ROOT = Path(__file__).resolve().parents[1]
+# pop 8 in blocks of 4: each device (of 1 or 2) evaluates 4-individual blocks, so every run compiles the same block
+RUN = ["train", "--task", "tso-case5", "--pop", "8", "--episodes", "1", "--generations", "3", "--checkpoint-every", "3"]
+CONFIG = {"eval_block": 4}
+
+
+def _env(devices=1):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return env
+
+
+def _train(out: Path, devices=1, extra=()):
+    cfg = out.parent / f"{out.name}.json"
+    cfg.write_text(json.dumps(CONFIG))
+    return subprocess.Popen([sys.executable, "-m", "evogrid.cli", *RUN, "--config", str(cfg), "--out", str(out), *extra],
+                            env=_env(devices), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc):
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    return out
+
+
+def _restore(run: Path):
+    config = ECConfig.from_dict(json.loads((run / "config.json").read_text()))
+    return Checkpointer(run / "checkpoints", config.to_dict()).restore_latest(ECWorkflow(config).init())
+
+
+def _assert_same_run(a: Path, b: Path):
+    assert (a / "metrics.jsonl").read_text() == (b / "metrics.jsonl").read_text()  # fitness max/mean/min, costs
+    (step_a, state_a), (step_b, state_b) = _restore(a), _restore(b)
+    assert step_a == step_b == 3
+    for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(state_a), jax.tree_util.tree_leaves(state_b)):
+        assert np.array_equal(np.asarray(x), np.asarray(y)), jax.tree_util.keystr(path)
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one") / "run"
+    stdout = _finish(_train(out))
+    assert "on 1 CPU device(s)" in stdout
+    return out
+
+
+def test_two_devices_match_one_device_bit_for_bit(single, tmp_path):
+    out = tmp_path / "two"
+    stdout = _finish(_train(out, devices=2))
+    assert "on 2 CPU device(s)" in stdout
+    _assert_same_run(single, out)
+
+
+def test_two_processes_match_one_process_and_restore_in_one(single, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "multi"
+    procs = [_train(out, extra=("--distributed", "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2",
+                                "--process-id", str(i))) for i in range(2)]
+    stdout = [_finish(p) for p in procs]
+    assert "on 2 CPU device(s) in 2 processes" in stdout[0] and "metrics:" in stdout[0]
+    assert "evogrid train" not in stdout[1] and "metrics:" not in stdout[1]  # only process 0 reports and writes files
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
+    _assert_same_run(single, out)  # _restore runs here, in this single-device process
+
+
+def test_population_must_split_evenly_over_devices():
+    two = types.SimpleNamespace(devices=np.empty(2))
+    check_divisible(8, two)
+    with pytest.raises(ValueError, match="pop_size 7 cannot be split evenly over the 2 devices.*multiple of 2"):
+        check_divisible(7, two)
+    with pytest.raises(ValueError, match="eval_block must be 0 or divide pop_size 8"):
+        ECConfig(task="tso-case5", pop_size=8, eval_block=3)
+
+
+def test_distributed_needs_an_output_directory():
+    out = subprocess.run([sys.executable, "-m", "evogrid.cli", "train", "--distributed", "--coordinator", "127.0.0.1:1",
+                          "--num-processes", "1", "--process-id", "0", "--generations", "1"],
+                         env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "--distributed needs --out" in out.stderr
