@@ -262,11 +262,18 @@ class ECWorkflow(Workflow):
         no reduction over the population can be split across devices by the partitioner)."""
         P = jax.sharding.PartitionSpec
 
+        def play(pop):
+            return jax.vmap(self._play, in_axes=(0, None, None, None))(pop, key, norm, self.episodes)
+
+        if not self.config.eval_block and self.mesh.devices.size == 1:
+            return play(population)  # one device, one block: the plain vmap (fastest)
+
         def local(pop):
-            blocks = pop.reshape(-1, self.block, pop.shape[-1])
-            play = jax.vmap(self._play, in_axes=(0, None, None, None))
-            out = jax.lax.map(lambda b: play(b, key, norm, self.episodes), blocks)
-            out = jax.tree_util.tree_map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), out)
+            if self.config.eval_block:  # fixed blocks: the same loop program on any device count
+                out = jax.lax.map(play, pop.reshape(-1, self.block, pop.shape[-1]))
+                out = jax.tree_util.tree_map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), out)
+            else:
+                out = play(pop)
             return jax.lax.all_gather(out, POP_AXIS, tiled=True)
 
         # no other collectives inside: check_vma=False lets replicated inputs (key, norm) seed per-device scans
