@@ -44,7 +44,8 @@ def _time(fn, key, repeats):
 
 
 def evogrid_rate(task: str, n_envs: int, horizon: int, repeats: int):
-    env, params = make(task, max_steps=horizon)
+    env, params = make(task, max_steps=horizon) if horizon else make(task)
+    horizon = params.max_steps
     n_act = env.action_space(params).shape[0]
 
     def build(full: bool):
@@ -115,19 +116,23 @@ def main():
     rows = [("tso-case5", "5", False, n_envs, PEER[("5", "DC")]), ("tso-case14", "14", False, n_envs, PEER[("14", "DC")]),
             ("tso-case118", "118", False, n_envs, PEER[("118", "DC")]), ("tso-case14-ac", "14", True, n_envs, PEER[("14", "AC")]),
             ("tso-case118-ac", "118", True, n_envs, PEER[("118", "AC")]), ("dso-case33bw", "33bw", True, n_envs // 2, None),
-            ("ders-case141", "141", True, n_envs // 2, None)]
+            ("ders-case141", "141", True, n_envs // 2, None), ("dcmg", None, False, n_envs // 4, None)]
     print(f"# evogrid figures: best of {repeats} calls after the first (compile) call; run-to-run spread on a")
     print("# 2-core VM is about +-20%. pandapower: its own caseN network, one solve per step in Python.")
     header = ("task", "N", "evogrid steps/s", "full-traj steps/s", "compile s", "converged",
               "pandapower steps/s", "x pandapower", "peer steps/s", "x peer")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    measured = [(row, *evogrid_rate(row[0], row[3], horizon, repeats)) for row in rows]
+    # DCMG runs its own day of 288 five-minute steps (T=288); it has no grid case for pandapower
+    measured = [(row, *evogrid_rate(row[0], row[3], horizon if row[1] else 0, repeats)) for row in rows]
     for (task, pp_case, ac, n, peer), lean, full, compile_s, conv in measured:  # pandapower after, so its threads do not overlap ours
-        ref = pandapower_rate(pp_case, ac, max(5, args.pp_steps // (3 if ac and pp_case == "118" else 1)))
+        ref_cols = "- | -"
+        if pp_case:
+            ref = pandapower_rate(pp_case, ac, max(5, args.pp_steps // (3 if ac and pp_case == "118" else 1)))
+            ref_cols = f"{ref:,.0f} | {lean / ref:,.0f}x"
         peer_cols = f"{peer:,.0f} | {lean / peer:.2f}x" if peer else "- | -"
         print(f"| {task} | {n} | {lean:,.0f} | {full:,.0f} | {compile_s:.1f} | {conv:.4f} | "
-              f"{ref:,.0f} | {lean / ref:,.0f}x | {peer_cols} |", flush=True)
+              f"{ref_cols} | {peer_cols} |", flush=True)
 
 
 if __name__ == "__main__":

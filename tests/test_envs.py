@@ -10,7 +10,7 @@ from evogrid.case.matpower import PD, PG, QD, VA, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
-CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "dso-case33bw", "ders-case141"]
+CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5"]
 HORIZON = 3  # short episodes so a rollout crosses episode boundaries
 
 
@@ -73,7 +73,7 @@ def test_vmap_scan_across_episode_boundaries(task):
     n_obs = env.observation_space(params).shape[0]
     assert obs.shape == (n, t, n_obs) and rew.shape == (n, t) and dones.shape == (n, t)
     assert costs.shape == (n, t, env.num_constraints(params))
-    assert all(v.shape == (n, t) for v in jax.tree_util.tree_leaves(infos))
+    assert all(v.shape[:2] == (n, t) for v in jax.tree_util.tree_leaves(infos))  # fixed structure (market info holds vectors)
     expected_done = (np.arange(t) % HORIZON) == HORIZON - 1
     np.testing.assert_array_equal(np.asarray(dones), np.broadcast_to(expected_done, (n, t)))
     np.testing.assert_array_equal(np.asarray(final.time_step), t % HORIZON)

@@ -12,14 +12,17 @@ RADIAL_FEEDERS = ("33bw", "141")  # distribution feeders: DSO/DERs tasks, not TS
 _TASKS = {}  # prefix -> (env class, params factory, case names it accepts)
 
 
-def register(prefix: str, env_cls, make_params, cases):
-    _TASKS[prefix] = (env_cls, make_params, tuple(cases))
+def register(prefix: str, env_cls, make_params, cases=None):
+    """`cases=None`: a task without a grid case, named by the bare prefix ("dcmg")."""
+    _TASKS[prefix] = (env_cls, make_params, None if cases is None else tuple(cases))
 
 
 def list_tasks() -> list[str]:
     names = []
     for prefix, (_, _, cases) in _TASKS.items():
-        for c in cases:
+        if cases is None:
+            names.append(prefix)
+        for c in cases or ():
             names += [f"{prefix}-case{c}"] + ([f"{prefix}-case{c}-ac"] if prefix == "tso" else [])
     return names
 
@@ -34,11 +37,14 @@ def make(name: str, **kwargs):
             raise ValueError(f"gymnax tasks take only max_steps, got {', '.join(unknown)}")
         env = GymnaxEnv(name.split(":", 1)[1])
         return env, env.default_params(kwargs.get("max_steps"))
+    if name.lower() in _TASKS and _TASKS[name.lower()][2] is None:
+        env_cls, make_params, _ = _TASKS[name.lower()]
+        return env_cls(), make_params(**kwargs)
     parts = name.lower().split("-")
     ac = parts[-1] == "ac"
     if ac:
         parts = parts[:-1]
-    if len(parts) == 2 and parts[0] in _TASKS and parts[1].startswith("case"):
+    if len(parts) == 2 and parts[0] in _TASKS and _TASKS[parts[0]][2] and parts[1].startswith("case"):
         env_cls, make_params, cases = _TASKS[parts[0]]
         case = parts[1].removeprefix("case")
         if case in cases and not (ac and parts[0] != "tso"):
@@ -60,6 +66,12 @@ def _register_builtin():
     from evogrid.envs.ders import DEREnv, make_der_params
 
     register("ders", DEREnv, make_der_params, ["141"])
+    from evogrid.envs.dcmg import DCMicrogridEnv, make_dcmg_params
+
+    register("dcmg", DCMicrogridEnv, make_dcmg_params)
+    from evogrid.envs.market import GenCoMarketEnv, make_market_params
+
+    register("gencos", GenCoMarketEnv, make_market_params, ["5", "14"])
 
 
 _register_builtin()

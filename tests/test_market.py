@@ -1,0 +1,140 @@
+"""GenCos market: clearing against scipy's linprog (HiGHS), profits by hand, the MARL view."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import linprog
+
+from evogrid.envs import GenCoMarketEnv, MarketMARLEnv, make_market_params
+from evogrid.physics.market import merit_order
+
+ENV = GenCoMarketEnv()
+
+
+def _linprog_dcopf(params, prices, caps, load):
+    """The same DC-OPF written for HiGHS: returns (dispatch, LMPs, total cost)."""
+    ptdf, rate, f0 = (np.asarray(x, float) for x in (params.ptdf, params.rate, params.f0))
+    seg_bus = np.asarray(params.seg_bus)
+    lim = np.isfinite(rate)
+    a = np.zeros((ptdf.shape[1], len(seg_bus)))
+    a[seg_bus, np.arange(len(seg_bus))] = 1.0
+    h = ptdf[lim] @ a
+    base = (f0 - ptdf @ load)[lim]
+    kw = {}
+    if lim.any():
+        kw = dict(A_ub=np.vstack([h, -h]), b_ub=np.concatenate([rate[lim] - base, rate[lim] + base]))
+    res = linprog(prices, A_eq=np.ones((1, len(seg_bus))), b_eq=[load.sum()], bounds=list(zip(np.zeros(len(caps)), caps)),
+                  method="highs", **kw)
+    assert res.status == 0
+    lmp = np.full(ptdf.shape[1], res.eqlin.marginals[0])
+    if lim.any():
+        n = int(lim.sum())
+        lmp = lmp + ptdf[lim].T @ (res.ineqlin.marginals[:n] - res.ineqlin.marginals[n:])  # HiGHS: marginals <= 0
+    return res.x, lmp, res.fun
+
+
+def _per_unit(params, g):
+    """MW per unit, then the shed MW per bus."""
+    g = np.asarray(g, float)
+    n_seg = params.seg_cost.shape[0]
+    return np.concatenate([np.bincount(np.asarray(params.seg_unit), g[:n_seg]), g[n_seg:]])
+
+
+def _offers(params, markup):
+    return np.asarray(params.seg_cost) * (1.0 + markup[np.asarray(params.seg_unit)])
+
+
+@pytest.mark.parametrize("case, load_scale", [("5", 1.0), ("5", 1.15), ("14", 1.0)])
+def test_dcopf_clearing_matches_linprog(case, load_scale):
+    """Seeded random mark-ups and load hours: dispatch within 1e-4 MW, LMPs within 1e-4 $/MWh, cost 1e-8
+    relative (float64); case5 is congested (prices differ across buses), case14 has no line ratings."""
+    rng = np.random.default_rng(7)
+    spreads = []
+    with jax.enable_x64(True):
+        params = make_market_params(case, n_days=2, load_scale=load_scale)
+        clear = jax.jit(lambda offers, load: ENV.clear(offers, params, load))
+        for trial in range(4):
+            markup = rng.uniform(0.0, 1.0, params.company.shape[1])
+            load = np.asarray(params.load[trial % 2, rng.integers(48)])
+            offers = _offers(params, markup)
+            g, lmp = clear(jnp.asarray(offers), jnp.asarray(load))
+            prices = np.concatenate([offers, np.full(len(load), 1000.0)])
+            ref_g, ref_lmp, ref_cost = _linprog_dcopf(params, prices, np.concatenate([np.asarray(params.seg_cap), load]), load)
+            # segments of one unit can tie in price (linear costs): compare each unit's total and the shedding
+            np.testing.assert_allclose(_per_unit(params, g), _per_unit(params, ref_g), atol=1e-4)
+            np.testing.assert_allclose(np.asarray(lmp), ref_lmp, atol=1e-4)
+            np.testing.assert_allclose(prices @ np.asarray(g), ref_cost, rtol=1e-8)
+            spreads.append(np.ptp(ref_lmp))
+    if case == "5":
+        assert max(spreads) > 1.0   # congestion: nodal prices differ
+    else:
+        assert max(spreads) < 1e-6
+
+
+def test_dcopf_in_float32_is_close():
+    """float32 (the default): LMPs within 0.05 $/MWh and dispatch within 0.05 MW of HiGHS on congested case5."""
+    params = make_market_params("5", n_days=1)
+    markup = np.linspace(0.1, 0.9, 5)
+    load = np.asarray(params.load[0, 38], float)
+    g, lmp = jax.jit(lambda o, l: ENV.clear(o, params, l))(jnp.asarray(_offers(params, markup), jnp.float32), jnp.asarray(load, jnp.float32))
+    prices = np.concatenate([_offers(params, markup), np.full(5, 1000.0)])
+    ref_g, ref_lmp, _ = _linprog_dcopf(params, prices, np.concatenate([np.asarray(params.seg_cap, float), load]), load)
+    np.testing.assert_allclose(_per_unit(params, g), _per_unit(params, ref_g), atol=5e-2)
+    np.testing.assert_allclose(np.asarray(lmp), ref_lmp, atol=5e-2)
+
+
+def test_merit_order_matches_linprog_on_a_copper_plate():
+    rng = np.random.default_rng(3)
+    with jax.enable_x64(True):
+        for _ in range(5):
+            prices, caps = rng.uniform(5, 80, 12), rng.uniform(10, 100, 12)
+            demand = rng.uniform(0.2, 0.9) * caps.sum()
+            g, price, unserved = merit_order(jnp.asarray(prices), jnp.asarray(caps), demand)
+            res = linprog(prices, A_eq=np.ones((1, 12)), b_eq=[demand], bounds=list(zip(np.zeros(12), caps)), method="highs")
+            np.testing.assert_allclose(np.asarray(g), res.x, atol=1e-9)
+            np.testing.assert_allclose(float(price), res.eqlin.marginals[0], rtol=1e-12)
+            assert float(unserved) == 0.0
+        g, price, unserved = merit_order(jnp.array([10.0, 20.0]), jnp.array([5.0, 5.0]), 12.0)
+        assert float(unserved) == 2.0 and float(price) == 20.0
+
+
+def test_profits_and_thermal_cost_by_hand_in_merit_mode():
+    """Copper-plate clearing of case5 at zero mark-up: every dispatched MW earns the uniform price minus its cost."""
+    with jax.enable_x64(True):
+        params = make_market_params("5", n_days=1, clearing="merit")
+        _, state = ENV.reset(jax.random.key(0), params)
+        state = state.replace(time_step=jnp.int32(38))
+        _, new, reward, costs, _, info = ENV.step_env(jax.random.key(0), state, -jnp.ones(5), params)
+        load = np.asarray(params.load[0, 38])
+        g, price, _ = merit_order(params.seg_cost, params.seg_cap, load.sum())
+        seg_profit = np.asarray(g) * (float(price) - np.asarray(params.seg_cost)) * 0.5
+        expected = np.bincount(np.asarray(params.seg_unit), seg_profit, minlength=5)
+        np.testing.assert_allclose(np.asarray(info["profits"]), expected, rtol=1e-12, atol=1e-9)
+        np.testing.assert_allclose(float(reward), 1e-3 * expected.sum(), rtol=1e-12)
+        # flows of the copper-plate dispatch on case5's rated lines (400 and 240 MW): the overload is a cost
+        inj = -load.copy()
+        np.add.at(inj, np.asarray(params.seg_bus[:15]), np.asarray(g))
+        flows = np.asarray(params.ptdf) @ inj
+        rate = np.asarray(params.rate)
+        np.testing.assert_allclose(float(costs[1]), np.maximum(np.abs(flows) - rate, 0).sum(), rtol=1e-9)
+
+
+def test_market_marl_view_gives_each_company_its_profit():
+    params = make_market_params("5", n_days=1, max_steps=4, companies=[(0, 1), (2,), (3, 4)])
+    marl = MarketMARLEnv(ENV, params)
+    assert marl.agents == ["genco_0", "genco_1", "genco_2"]
+    assert marl.action_spaces(params)["genco_0"].shape == (2,)
+    obs, state = marl.reset(jax.random.key(0), params)
+    actions = {"genco_0": jnp.array([0.2, -0.4]), "genco_1": jnp.array([0.6]), "genco_2": jnp.array([-1.0, 1.0])}
+    obs, state2, rewards, done, info = jax.jit(marl.step)(jax.random.key(1), state, actions, params)
+    flat = ENV.step(jax.random.key(1), state, jnp.array([0.2, -0.4, 0.6, -1.0, 1.0]), params)
+    profits = np.asarray(flat[5]["profits"])
+    np.testing.assert_allclose([float(rewards[f"genco_{c}"]) for c in range(3)], 1e-3 * profits, rtol=1e-6)
+    np.testing.assert_allclose(float(flat[2]), 1e-3 * profits.sum(), rtol=1e-5)
+
+
+def test_bad_market_config():
+    with pytest.raises(ValueError, match="own each of the 5 units"):
+        make_market_params("5", companies=[(0, 1), (2,)])
+    with pytest.raises(ValueError, match="clearing must be"):
+        make_market_params("5", clearing="pab")
