@@ -116,15 +116,17 @@ def main():
     rows = [("tso-case5", "5", False, n_envs, PEER[("5", "DC")]), ("tso-case14", "14", False, n_envs, PEER[("14", "DC")]),
             ("tso-case118", "118", False, n_envs, PEER[("118", "DC")]), ("tso-case14-ac", "14", True, n_envs, PEER[("14", "AC")]),
             ("tso-case118-ac", "118", True, n_envs, PEER[("118", "AC")]), ("dso-case33bw", "33bw", True, n_envs // 2, None),
-            ("ders-case141", "141", True, n_envs // 2, None), ("dcmg", None, False, n_envs // 4, None)]
+            ("ders-case141", "141", True, n_envs // 2, None), ("dcmg", None, False, n_envs // 4, None),
+            ("gencos-case5", None, False, n_envs, None)]
     print(f"# evogrid figures: best of {repeats} calls after the first (compile) call; run-to-run spread on a")
     print("# 2-core VM is about +-20%. pandapower: its own caseN network, one solve per step in Python.")
     header = ("task", "N", "evogrid steps/s", "full-traj steps/s", "compile s", "converged",
               "pandapower steps/s", "x pandapower", "peer steps/s", "x peer")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    # DCMG runs its own day of 288 five-minute steps (T=288); it has no grid case for pandapower
-    measured = [(row, *evogrid_rate(row[0], row[3], horizon if row[1] else 0, repeats)) for row in rows]
+    # DCMG runs its own day of 288 five-minute steps (T=288); DCMG and GenCos (a market clearing,
+    # not a power flow) have no pandapower counterpart
+    measured = [(row, *evogrid_rate(row[0], row[3], 0 if row[0] == "dcmg" else horizon, repeats)) for row in rows]
     for (task, pp_case, ac, n, peer), lean, full, compile_s, conv in measured:  # pandapower after, so its threads do not overlap ours
         ref_cols = "- | -"
         if pp_case:

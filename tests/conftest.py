@@ -39,6 +39,24 @@ def bus_injection_pu(case):
     return (s - (case.bus[:, PD] + 1j * case.bus[:, QD])) / case.base_mva
 
 
+def marl_scan(marl, params, n_envs: int, steps: int, agent: str):
+    """Reset `n_envs` copies of a multi-agent view under vmap and scan `steps` zero-action auto-reset
+    steps under jit: returns (reset obs_dict, rewards of `agent` [steps, n_envs], dones [steps, n_envs])."""
+    import jax
+    import jax.numpy as jnp
+
+    obs, states = jax.vmap(marl.reset, in_axes=(0, None))(jax.random.split(jax.random.key(2), n_envs), params)
+    acts = {name: jnp.zeros((n_envs, space.shape[0])) for name, space in marl.action_spaces(params).items()}
+
+    def body(states, k):
+        _, states, reward, done, _ = jax.vmap(marl.step_auto_reset, in_axes=(0, 0, 0, None))(
+            jax.random.split(k, n_envs), states, acts, params)
+        return states, (reward[agent], done)
+
+    _, (rewards, dones) = jax.jit(lambda s: jax.lax.scan(body, s, jax.random.split(jax.random.key(3), steps)))(states)
+    return obs, np.asarray(rewards), np.asarray(dones)
+
+
 @pytest.fixture(scope="session")
 def cases():
     return {name: load_case(name) for name in ALL_CASES}

@@ -76,7 +76,7 @@ def test_config_file_typos_are_named(tmp_path):
     assert out.returncode == 2 and "unknown config key(s) popsize; valid keys:" in out.stderr
 
 
-@pytest.mark.parametrize("task", ["tso-case5", "dso-case33bw", "gymnax:CartPole-v1"])
+@pytest.mark.parametrize("task", ["tso-case5", "dso-case33bw", "dcmg", "gymnax:CartPole-v1"])
 def test_rollout_command_prints_the_table(task):
     out = _cli("rollout", "--task", task, "--envs", "4", "--steps", "4")
     assert out.returncode == 0, out.stderr

@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import marl_scan
 from scipy.optimize import linprog
 
 from evogrid.envs import GenCoMarketEnv, MarketMARLEnv, make_market_params
@@ -138,3 +139,10 @@ def test_bad_market_config():
         make_market_params("5", companies=[(0, 1), (2,)])
     with pytest.raises(ValueError, match="clearing must be"):
         make_market_params("5", clearing="pab")
+
+
+def test_market_marl_view_under_vmap_and_scan():
+    params = make_market_params("5", n_days=2, max_steps=3, clearing="merit")
+    obs, rewards, dones = marl_scan(MarketMARLEnv(ENV, params), params, n_envs=4, steps=7, agent="genco_4")
+    assert rewards.shape == (7, 4) and dones.sum() == 2 * 4  # two 3-step episodes ended per env
+    assert obs["genco_0"].shape == (4, 13) and np.all(np.isfinite(rewards))

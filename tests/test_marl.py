@@ -3,6 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import marl_scan
 
 from evogrid.envs import GridMARLEnv, make
 
@@ -40,15 +41,6 @@ def test_dict_view_round_trips_to_the_flat_env():
 
 
 def test_scan_and_vmap_over_dict_actions():
-    keys = jax.random.split(jax.random.key(2), 3)
-    obs, states = jax.vmap(MARL.reset, in_axes=(0, None))(keys, PARAMS)
-    acts = {name: jnp.zeros((3, space.shape[0])) for name, space in MARL.action_spaces(PARAMS).items()}
-
-    def body(states, k):
-        obs, states, reward, done, info = jax.vmap(MARL.step_auto_reset, in_axes=(0, 0, 0, None))(
-            jax.random.split(k, 3), states, acts, PARAMS)
-        return states, (reward["pv_0"], done)
-
-    final, (rewards, dones) = jax.jit(lambda s: jax.lax.scan(body, s, jax.random.split(jax.random.key(3), 9)))(states)
-    assert rewards.shape == (9, 3) and np.asarray(dones).sum() == 2 * 3  # two 4-step episodes ended per env
+    obs, rewards, dones = marl_scan(MARL, PARAMS, n_envs=3, steps=9, agent="pv_0")
+    assert rewards.shape == (9, 3) and dones.sum() == 2 * 3  # two 4-step episodes ended per env
     assert obs["flex_0"].shape == (3, 5)
