@@ -74,8 +74,6 @@ def _train(args) -> int:
             print(f"evogrid: cannot start the distributed runtime: {err}\n(pass --coordinator HOST:PORT "
                   "--num-processes N --process-id I, or run under SLURM / Open MPI)", file=sys.stderr)
             return 2
-    from evogrid.workflows import ECConfig, ECWorkflow
-
     primary = jax.process_index() == 0
 
     values = {}
@@ -87,21 +85,20 @@ def _train(args) -> int:
             return 2
     for opt, key in (("algorithm", "algorithm"), ("task", "task"), ("pop", "pop_size"), ("episodes", "episodes_per_individual"),
                      ("seed", "seed"), ("sigma", "sigma"), ("lr", "learning_rate"), ("cost_penalty", "cost_penalty"),
-                     ("hidden", "hidden")):
+                     ("hidden", "hidden"), ("envs", "num_envs"), ("cost_budget", "cost_budget")):
         if getattr(args, opt) is not None:
             values[key] = getattr(args, opt)
-    defaults = {"task": "tso-case14", "pop_size": 64, "episodes_per_individual": 4, "cost_penalty": 1.0}
     try:
-        config = ECConfig.from_dict({**defaults, **values})
-        workflow = ECWorkflow(config)
+        config, workflow = _workflow(values)
     except ValueError as err:
         print(f"evogrid: {err}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else Path("runs") / f"{config.task}-{config.algorithm}-{time.strftime('%Y%m%d-%H%M%S')}"
     if primary:
-        n_dev, n_proc = workflow.mesh.devices.size, jax.process_count()
-        print(f"evogrid train: {config.algorithm} on {config.task}, population {config.pop_size} x "
-              f"{config.episodes_per_individual} episodes, {args.generations} generations on {n_dev} "
+        n_dev, n_proc = jax.device_count(), jax.process_count()
+        size = (f"population {config.pop_size} x {config.episodes_per_individual} episodes" if hasattr(config, "pop_size")
+                else f"{config.num_envs} envs x {config.rollout_len} steps per iteration")
+        print(f"evogrid train: {config.algorithm} on {config.task}, {size}, {args.generations} iterations on {n_dev} "
               f"{jax.devices()[0].platform.upper()} device(s)" + (f" in {n_proc} processes" if n_proc > 1 else "")
               + f" -> {out}", flush=True)
     state = workflow.init()
@@ -117,12 +114,33 @@ def _train(args) -> int:
     _plot(out, history)
     if history:
         first, last = history[0], history[-1]
-        print(f"fitness (best of population): generation {first['generation']}: {first['fitness_max']:.2f} -> "
-              f"generation {last['generation']}: {last['fitness_max']:.2f}; best so far {last['best_fitness']:.2f}")
+        if "fitness_max" in last:
+            print(f"fitness (best of population): generation {first['generation']}: {first['fitness_max']:.2f} -> "
+                  f"generation {last['generation']}: {last['fitness_max']:.2f}; best so far {last['best_fitness']:.2f}")
+        else:
+            print(f"training episode return: iteration {first['generation']}: {first['return']:.2f} -> "
+                  f"iteration {last['generation']}: {last['return']:.2f}")
     _report(workflow, state)
     print(f"metrics: {out / 'metrics.jsonl'}, {out / 'metrics.csv'}; curve: {out / 'learning_curve.png'}; "
           f"checkpoints: {out / 'checkpoints'}")
     return 0
+
+
+def _workflow(values: dict):
+    """(config, workflow) for an EC algorithm (ECWorkflow) or an RL one (RLWorkflow: ppo, td3)."""
+    from evogrid.workflows import ECConfig, ECWorkflow, RL_ALGORITHMS, RLConfig, RLWorkflow
+
+    if values.get("algorithm") in RL_ALGORITHMS:
+        wrong = sorted(set(values) & {"pop_size", "episodes_per_individual", "sigma", "cost_penalty"})
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)} apply to evolutionary algorithms, not {values['algorithm']}")
+        config = RLConfig.from_dict({"task": "tso-case14", **values})
+        return config, RLWorkflow(config)
+    if {"num_envs", "cost_budget"} & set(values):
+        raise ValueError("--envs and --cost-budget apply to the RL algorithms (ppo, td3)")
+    defaults = {"task": "tso-case14", "pop_size": 64, "episodes_per_individual": 4, "cost_penalty": 1.0}
+    config = ECConfig.from_dict({**defaults, **values})
+    return config, ECWorkflow(config)
 
 
 def _report(workflow, state) -> None:
@@ -149,10 +167,12 @@ def _plot(out, history) -> None:
         return
     gens = [r["generation"] for r in history]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
-    for key in ("fitness_max", "fitness_mean", "best_fitness"):
-        ax1.plot(gens, [r[key] for r in history], label=key)
-    ax1.set_xlabel("generation"), ax1.set_ylabel("fitness"), ax1.legend()
-    ax2.plot(gens, [r["cost_mean"] for r in history], color="tab:red")
+    for key in ("fitness_max", "fitness_mean", "best_fitness", "return"):
+        if key in history[-1]:
+            ax1.plot(gens, [r[key] for r in history], label=key)
+    ax1.set_xlabel("generation"), ax1.set_ylabel("fitness / return"), ax1.legend()
+    cost_key = "cost_mean" if "cost_mean" in history[-1] else "episode_cost"
+    ax2.plot(gens, [r[cost_key] for r in history], color="tab:red")
     ax2.set_xlabel("generation"), ax2.set_ylabel("mean summed costs (p.u.)")
     fig.tight_layout()
     fig.savefig(out / "learning_curve.png", dpi=100)
@@ -164,14 +184,12 @@ def _eval(args) -> int:
     from pathlib import Path
 
     from evogrid.utils.checkpoint import Checkpointer
-    from evogrid.workflows import ECConfig, ECWorkflow
 
     run = Path(args.run_dir)
     if not (run / "config.json").exists():
         print(f"evogrid: {run} is not a run directory (no config.json); pass the --out of `evogrid train`", file=sys.stderr)
         return 2
-    config = ECConfig.from_dict(json.loads((run / "config.json").read_text()))
-    workflow = ECWorkflow(config)
+    config, workflow = _workflow(json.loads((run / "config.json").read_text()))
     restored = Checkpointer(run / "checkpoints", config.to_dict()).restore_latest(workflow.init())
     if restored is None:
         print(f"evogrid: no checkpoint in {run / 'checkpoints'}", file=sys.stderr)
@@ -202,9 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="evogrid", description="Evolutionary RL on JAX power-system environments.")
     sub = parser.add_subparsers(dest="command")
     from evogrid.workflows.ec import ALGORITHMS
+    from evogrid.workflows.rl import RL_ALGORITHMS
 
     tr = sub.add_parser("train", help="evolve a policy (the default command)")
-    tr.add_argument("--algorithm", choices=ALGORITHMS, help="default Open_ES")
+    tr.add_argument("--algorithm", choices=ALGORITHMS + RL_ALGORITHMS, help="default Open_ES; ppo and td3 train by gradient")
     tr.add_argument("--task", help="task name, see `evogrid tasks` (default tso-case14)")
     tr.add_argument("--pop", type=int, help="population size (default 64)")
     tr.add_argument("--generations", type=int, default=300, help="total generations (default 300)")
@@ -213,8 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--sigma", type=float, help="initial search std / mutation scale (default 0.05)")
     tr.add_argument("--lr", type=float, help="ES learning rate (default 0.03)")
     tr.add_argument("--cost-penalty", type=float, help="lambda in fitness = return - lambda * costs (default 1.0)")
-    tr.add_argument("--hidden", type=int, nargs="+", help="MLP widths (default 32 32)")
-    tr.add_argument("--config", help="JSON file of ECConfig keys (command-line options override it)")
+    tr.add_argument("--hidden", type=int, nargs="+", help="MLP widths (default 32 32; RL 64 64)")
+    tr.add_argument("--envs", type=int, help="RL: parallel environments (default 16)")
+    tr.add_argument("--cost-budget", type=float, help="RL: episode cost budget for the Lagrange multiplier (default off)")
+    tr.add_argument("--config", help="JSON file of ECConfig (or, for ppo/td3, RLConfig) keys; command-line options override it")
     tr.add_argument("--out", help="run directory (default runs/<task>-<algorithm>-<time>)")
     tr.add_argument("--checkpoint-every", type=int, default=25, help="generations between checkpoints (default 25)")
     tr.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")

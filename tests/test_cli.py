@@ -82,3 +82,21 @@ def test_rollout_command_prints_the_table(task):
     assert out.returncode == 0, out.stderr
     assert "throughput" in out.stdout and "episode return" in out.stdout
     assert ("cost '" in out.stdout) == (not task.startswith("gymnax"))  # gymnax tasks have no cost channels
+
+
+def test_rl_algorithms_train_resume_and_eval_from_the_command_line(tmp_path):
+    """`evogrid train --algorithm td3` writes metrics and a curve, continues with --resume, and `eval` reads it."""
+    args = ["train", "--algorithm", "td3", "--task", "tso-case5", "--envs", "4", "--hidden", "16", "--checkpoint-every", "2",
+            "--config", str(tmp_path / "c.json"), "--out", str(tmp_path / "run")]
+    (tmp_path / "c.json").write_text(json.dumps({"rollout_len": 12, "buffer_size": 500, "warmup_steps": 48, "updates_per_iter": 4}))
+    first = _cli(*args, "--generations", "2")
+    assert first.returncode == 0, first.stderr
+    assert "training episode return" in first.stdout and (tmp_path / "run" / "learning_curve.png").exists()
+    more = _cli(*args, "--generations", "4", "--resume")
+    assert more.returncode == 0 and "resumed from generation 2" in more.stderr, more.stderr
+    rows = [json.loads(r) for r in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["generation"] for r in rows] == [1, 2, 3, 4] and "critic_loss" in rows[-1]
+    ev = _cli("eval", str(tmp_path / "run"))
+    assert ev.returncode == 0 and "checkpoint of generation 4" in ev.stdout, ev.stderr
+    bad = _cli("train", "--algorithm", "ppo", "--pop", "8", "--generations", "1")
+    assert bad.returncode == 2 and "pop_size apply to evolutionary algorithms" in bad.stderr

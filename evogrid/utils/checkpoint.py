@@ -11,11 +11,21 @@ import logging
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
 
 class CheckpointError(RuntimeError):
     pass
+
+
+def _pack(tree):
+    """orbax cannot store zero-size arrays (e.g. the DC env's empty voltage field): store a 1-element stand-in."""
+    return jax.tree_util.tree_map(lambda x: jnp.zeros((1,), x.dtype) if x.size == 0 else x, tree)
+
+
+def _unpack(restored, template):
+    return jax.tree_util.tree_map(lambda r, t: t if t.size == 0 else r, restored, template)
 
 
 class Checkpointer:
@@ -27,7 +37,7 @@ class Checkpointer:
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "config"))
 
     def save(self, step: int, state) -> None:
-        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_pack(state)),
                                                         config=ocp.args.JsonSave(self.config)), force=True)
         self.manager.wait_until_finished()
 
@@ -46,7 +56,7 @@ class Checkpointer:
         steps = self.steps()
         if not steps:
             return None
-        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, template)
+        abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, _pack(template))
         errors = []
         for step in reversed(steps):
             try:
@@ -62,6 +72,7 @@ class Checkpointer:
                 )
             try:
                 state = self.manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))["state"]
+                state = _unpack(state, template)
             except Exception as err:
                 errors.append(f"step {step}: {type(err).__name__}: {err}")
                 continue

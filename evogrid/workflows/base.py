@@ -26,6 +26,17 @@ from evogrid.utils.checkpoint import Checkpointer
 from evogrid.utils.jax_utils import jit_method
 
 
+def config_from_dict(cls, values: dict):
+    """Build a config dataclass from a dict (a --config file, a checkpoint's config.json), naming unknown keys."""
+    import dataclasses
+
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown config key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
+    return cls(**values)
+
+
 class Workflow:
     """Subclasses implement `init(key)`, `_step(state)`, `_evaluate(state)` and `config_dict()`."""
 
@@ -146,6 +157,7 @@ def _progress(done: int, total: int, start: int, t0: float, row: dict) -> None:
     rate = (time.perf_counter() - t0) / max(done - start, 1)
     eta = rate * (total - done)
     bar = "#" * int(24 * frac) + "-" * (24 - int(24 * frac))
-    shown = "  ".join(f"{k} {row[k]:.4g}" for k in ("fitness_max", "fitness_mean", "cost_mean") if k in row)
+    shown = "  ".join(f"{k} {row[k]:.4g}" for k in ("fitness_max", "fitness_mean", "cost_mean", "return", "episode_cost")
+                      if k in row)
     line = f"[{bar}] gen {done}/{total}  {shown}  {rate:.3f}s/gen  ETA {eta:.0f}s"
     print("\r" + line if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)

@@ -36,7 +36,7 @@ from evogrid.networks import RunningNorm, make_vmap_mlp
 from evogrid.operators import MLPMutation, elite_indices, tournament_selection, uniform_crossover
 from evogrid.rollout import rollout
 from evogrid.utils.sharding import POP_AXIS, check_divisible, gather, population_mesh, replicate
-from evogrid.workflows.base import Workflow
+from evogrid.workflows.base import Workflow, config_from_dict
 
 EVOSAX_ALGORITHMS = ("Open_ES", "CMA_ES", "Sep_CMA_ES", "SNES", "xNES", "PGPE", "ARS", "SimpleGA")
 ALGORITHMS = EVOSAX_ALGORITHMS + ("GA",)
@@ -81,11 +81,7 @@ class ECConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> "ECConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown config key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
-        return cls(**values)
+        return config_from_dict(cls, values)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
