@@ -96,8 +96,9 @@ def _train(args) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{config.task}-{config.algorithm}-{time.strftime('%Y%m%d-%H%M%S')}"
     if primary:
         n_dev, n_proc = jax.device_count(), jax.process_count()
-        size = (f"population {config.pop_size} x {config.episodes_per_individual} episodes" if hasattr(config, "pop_size")
-                else f"{config.num_envs} envs x {config.rollout_len} steps per iteration")
+        size = (f"population {config.pop_size} x {config.episodes_per_individual} episodes"
+                if hasattr(config, "episodes_per_individual") else f"population {config.pop_size} + a TD3 learner"
+                if hasattr(config, "inject_every") else f"{config.num_envs} envs x {config.rollout_len} steps per iteration")
         print(f"evogrid train: {config.algorithm} on {config.task}, {size}, {args.generations} iterations on {n_dev} "
               f"{jax.devices()[0].platform.upper()} device(s)" + (f" in {n_proc} processes" if n_proc > 1 else "")
               + f" -> {out}", flush=True)
@@ -114,12 +115,13 @@ def _train(args) -> int:
     _plot(out, history)
     if history:
         first, last = history[0], history[-1]
-        if "fitness_max" in last:
+        if "best_fitness" in last:
             print(f"fitness (best of population): generation {first['generation']}: {first['fitness_max']:.2f} -> "
                   f"generation {last['generation']}: {last['fitness_max']:.2f}; best so far {last['best_fitness']:.2f}")
         else:
-            print(f"training episode return: iteration {first['generation']}: {first['return']:.2f} -> "
-                  f"iteration {last['generation']}: {last['return']:.2f}")
+            key, label = ("return", "training episode return") if "return" in last else ("fitness_max", "best fitness")
+            print(f"{label}: iteration {first['generation']}: {first[key]:.2f} -> iteration {last['generation']}: "
+                  f"{last[key]:.2f}")
     _report(workflow, state)
     print(f"metrics: {out / 'metrics.jsonl'}, {out / 'metrics.csv'}; curve: {out / 'learning_curve.png'}; "
           f"checkpoints: {out / 'checkpoints'}")
@@ -127,9 +129,17 @@ def _train(args) -> int:
 
 
 def _workflow(values: dict):
-    """(config, workflow) for an EC algorithm (ECWorkflow) or an RL one (RLWorkflow: ppo, td3)."""
+    """(config, workflow) for an EC algorithm (ECWorkflow), an RL one (RLWorkflow: ppo, td3) or an
+    ERL hybrid (ERLWorkflow: erl, cemrl)."""
     from evogrid.workflows import ECConfig, ECWorkflow, RL_ALGORITHMS, RLConfig, RLWorkflow
+    from evogrid.workflows.erl import ERL_ALGORITHMS, ERLConfig, ERLWorkflow
 
+    if values.get("algorithm") in ERL_ALGORITHMS:
+        wrong = sorted(set(values) & {"episodes_per_individual", "sigma", "cost_penalty", "num_envs"})
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)} do not apply to {values['algorithm']}")
+        config = ERLConfig.from_dict({"task": "tso-case14", **values})
+        return config, ERLWorkflow(config)
     if values.get("algorithm") in RL_ALGORITHMS:
         wrong = sorted(set(values) & {"pop_size", "episodes_per_individual", "sigma", "cost_penalty"})
         if wrong:
@@ -220,10 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="evogrid", description="Evolutionary RL on JAX power-system environments.")
     sub = parser.add_subparsers(dest="command")
     from evogrid.workflows.ec import ALGORITHMS
+    from evogrid.workflows.erl import ERL_ALGORITHMS
     from evogrid.workflows.rl import RL_ALGORITHMS
 
     tr = sub.add_parser("train", help="evolve a policy (the default command)")
-    tr.add_argument("--algorithm", choices=ALGORITHMS + RL_ALGORITHMS, help="default Open_ES; ppo and td3 train by gradient")
+    tr.add_argument("--algorithm", choices=ALGORITHMS + RL_ALGORITHMS + ERL_ALGORITHMS,
+                    help="default Open_ES; ppo and td3 train by gradient; erl and cemrl are hybrids")
     tr.add_argument("--task", help="task name, see `evogrid tasks` (default tso-case14)")
     tr.add_argument("--pop", type=int, help="population size (default 64)")
     tr.add_argument("--generations", type=int, default=300, help="total generations (default 300)")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 ARGS = ["--task", "tso-case5", "--pop", "8", "--episodes", "1", "--hidden", "8", "--checkpoint-every", "20"]
-TOTAL = 400
+TOTAL = 200
 
 
 def _cli(*args, **kw):
