@@ -134,18 +134,15 @@ def _workflow(values: dict):
     from evogrid.workflows import ECConfig, ECWorkflow, RL_ALGORITHMS, RLConfig, RLWorkflow
     from evogrid.workflows.erl import ERL_ALGORITHMS, ERLConfig, ERLWorkflow
 
-    if values.get("algorithm") in ERL_ALGORITHMS:
-        wrong = sorted(set(values) & {"episodes_per_individual", "sigma", "cost_penalty", "num_envs"})
-        if wrong:
-            raise ValueError(f"{', '.join(wrong)} do not apply to {values['algorithm']}")
-        config = ERLConfig.from_dict({"task": "tso-case14", **values})
-        return config, ERLWorkflow(config)
-    if values.get("algorithm") in RL_ALGORITHMS:
-        wrong = sorted(set(values) & {"pop_size", "episodes_per_individual", "sigma", "cost_penalty"})
-        if wrong:
-            raise ValueError(f"{', '.join(wrong)} apply to evolutionary algorithms, not {values['algorithm']}")
-        config = RLConfig.from_dict({"task": "tso-case14", **values})
-        return config, RLWorkflow(config)
+    families = ((ERL_ALGORITHMS, ERLConfig, ERLWorkflow, {"episodes_per_individual", "sigma", "cost_penalty", "num_envs"}),
+                (RL_ALGORITHMS, RLConfig, RLWorkflow, {"pop_size", "episodes_per_individual", "sigma", "cost_penalty"}))
+    for names, config_cls, workflow_cls, not_here in families:
+        if values.get("algorithm") in names:
+            wrong = sorted(set(values) & not_here)
+            if wrong:
+                raise ValueError(f"{', '.join(wrong)} do not apply to {values['algorithm']}")
+            config = config_cls.from_dict({"task": "tso-case14", **values})
+            return config, workflow_cls(config)
     if {"num_envs", "cost_budget"} & set(values):
         raise ValueError("--envs and --cost-budget apply to the RL algorithms (ppo, td3)")
     defaults = {"task": "tso-case14", "pop_size": 64, "episodes_per_individual": 4, "cost_penalty": 1.0}

@@ -99,4 +99,4 @@ def test_rl_algorithms_train_resume_and_eval_from_the_command_line(tmp_path):
     ev = _cli("eval", str(tmp_path / "run"))
     assert ev.returncode == 0 and "checkpoint of generation 4" in ev.stdout, ev.stderr
     bad = _cli("train", "--algorithm", "ppo", "--pop", "8", "--generations", "1")
-    assert bad.returncode == 2 and "pop_size apply to evolutionary algorithms" in bad.stderr
+    assert bad.returncode == 2 and "pop_size do not apply to ppo" in bad.stderr

@@ -14,6 +14,7 @@ generation before new lines are appended. With several processes
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import sys
 import time
@@ -26,15 +27,26 @@ from evogrid.utils.checkpoint import Checkpointer
 from evogrid.utils.jax_utils import jit_method
 
 
-def config_from_dict(cls, values: dict):
-    """Build a config dataclass from a dict (a --config file, a checkpoint's config.json), naming unknown keys."""
-    import dataclasses
+class ConfigMixin:
+    """Shared by the frozen config dataclasses: dict round trip (config files, checkpoint metadata)."""
 
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown config key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
-    return cls(**values)
+    @classmethod
+    def from_dict(cls, values: dict):
+        """Build from a dict (a --config file, a checkpoint's config.json), naming unknown keys."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown config key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def _check(self, algorithms, kind: str):
+        """Normalise `hidden` to a tuple of ints and refuse an unknown algorithm."""
+        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
+        if self.algorithm not in algorithms:
+            raise ValueError(f"unknown {kind}algorithm {self.algorithm!r}; choose one of {', '.join(algorithms)}")
 
 
 class Workflow:

@@ -20,12 +20,12 @@ from jax.flatten_util import ravel_pytree
 
 from evogrid.envs import make
 from evogrid.networks import make_vmap_mlp
-from evogrid.workflows.base import Workflow
+from evogrid.workflows.base import ConfigMixin, Workflow
 from evogrid.workflows.ec import EvosaxStrategy
 
 
 @dataclasses.dataclass(frozen=True)
-class CoevoConfig:
+class CoevoConfig(ConfigMixin):
     task: str = "gencos-case5"
     algorithm: str = "Open_ES"
     pop_size: int = 32
@@ -40,8 +40,6 @@ class CoevoConfig:
         if self.pop_size < 2 or self.pop_size % 2 or self.episodes < 1:
             raise ValueError(f"need an even pop_size >= 2 and episodes >= 1, got {self.pop_size}, {self.episodes}")
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @struct.dataclass

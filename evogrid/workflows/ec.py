@@ -36,14 +36,14 @@ from evogrid.networks import RunningNorm, make_vmap_mlp
 from evogrid.operators import MLPMutation, elite_indices, tournament_selection, uniform_crossover
 from evogrid.rollout import rollout
 from evogrid.utils.sharding import POP_AXIS, check_divisible, gather, population_mesh, replicate
-from evogrid.workflows.base import Workflow, config_from_dict
+from evogrid.workflows.base import ConfigMixin, Workflow
 
 EVOSAX_ALGORITHMS = ("Open_ES", "CMA_ES", "Sep_CMA_ES", "SNES", "xNES", "PGPE", "ARS", "SimpleGA")
 ALGORITHMS = EVOSAX_ALGORITHMS + ("GA",)
 
 
 @dataclasses.dataclass(frozen=True)
-class ECConfig:
+class ECConfig(ConfigMixin):
     """Static structure and hyperparameters of an EC run (all of it is recorded with checkpoints)."""
 
     task: str = "tso-case14"
@@ -64,9 +64,7 @@ class ECConfig:
     seed: int = 0
 
     def __post_init__(self):
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"unknown algorithm {self.algorithm!r}; choose one of {', '.join(ALGORITHMS)}")
+        self._check(ALGORITHMS, "")
         for name in ("pop_size", "episodes_per_individual", "eval_episodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -79,12 +77,7 @@ class ECConfig:
         if self.sigma <= 0 or self.learning_rate <= 0 or self.cost_penalty < 0:
             raise ValueError("sigma and learning_rate must be > 0 and cost_penalty >= 0")
 
-    @classmethod
-    def from_dict(cls, values: dict) -> "ECConfig":
-        return config_from_dict(cls, values)
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @struct.dataclass

@@ -22,27 +22,21 @@ import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from evogrid.workflows.base import Workflow, config_from_dict
+from evogrid.workflows.base import Workflow
 from evogrid.workflows.ec import GAState, NativeGA
-from evogrid.workflows.rl import RLConfig, RLState, RLWorkflow
+from evogrid.workflows.rl import GradientConfig, RLConfig, RLState, RLWorkflow
 
 ERL_ALGORITHMS = ("erl", "cemrl")
 
 
 @dataclasses.dataclass(frozen=True)
-class ERLConfig:
+class ERLConfig(GradientConfig):
     task: str = "tso-case5"
     algorithm: str = "erl"
     pop_size: int = 10
     episodes: int = 1                # per actor per generation
     hidden: tuple[int, ...] = (64, 64)
-    learning_rate: float = 1e-3
-    gamma: float = 0.99
-    buffer_size: int = 100_000
-    batch_size: int = 256
     updates_per_gen: int = 96        # TD3 critic (and delayed actor) steps per generation
-    warmup_steps: int = 2_000
-    expl_noise: float = 0.1
     # ERL
     elite: int = 2
     mutation_sigma: float = 0.05
@@ -53,26 +47,15 @@ class ERLConfig:
     cem_sigma_floor: float = 1e-3
     elite_frac: float = 0.5
     actor_steps: int = 48            # critic-guided gradient steps for half of the population
-    cost_budget: float | None = None
-    lambda_lr: float = 0.05
-    eval_episodes: int = 16
-    seed: int = 0
 
     def __post_init__(self):
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        if self.algorithm not in ERL_ALGORITHMS:
-            raise ValueError(f"unknown ERL algorithm {self.algorithm!r}; choose one of {', '.join(ERL_ALGORITHMS)}")
+        self._check(ERL_ALGORITHMS, "ERL ")
         if self.pop_size < 2 or self.episodes < 1 or self.inject_every < 1:
             raise ValueError("need pop_size >= 2, episodes >= 1, inject_every >= 1")
         if not 0 <= self.elite < self.pop_size or not 0 < self.elite_frac <= 1:
             raise ValueError("need 0 <= elite < pop_size and 0 < elite_frac <= 1")
 
-    @classmethod
-    def from_dict(cls, values: dict) -> "ERLConfig":
-        return config_from_dict(cls, values)
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @struct.dataclass
@@ -98,11 +81,9 @@ class ERLWorkflow(Workflow):
     def __init__(self, config: ERLConfig = ERLConfig(), env=None, env_params=None):
         self.config = config
         n_envs = (config.pop_size + 1) * config.episodes
-        rl = RLConfig(task=config.task, algorithm="td3", num_envs=n_envs, rollout_len=1, minibatches=1, hidden=config.hidden,
-                      learning_rate=config.learning_rate, gamma=config.gamma, buffer_size=config.buffer_size,
-                      batch_size=config.batch_size, warmup_steps=config.warmup_steps, expl_noise=config.expl_noise,
-                      cost_budget=config.cost_budget, lambda_lr=config.lambda_lr, eval_episodes=config.eval_episodes,
-                      seed=config.seed)
+        shared = {f.name: getattr(config, f.name) for f in dataclasses.fields(GradientConfig)}
+        rl = RLConfig(task=config.task, algorithm="td3", num_envs=n_envs, rollout_len=1, minibatches=1,
+                      hidden=config.hidden, **shared)
         self.rl = RLWorkflow(rl, env, env_params)
         self.env, self.env_params = self.rl.env, self.rl.env_params
         _, self.unravel = ravel_pytree(self.rl.actor.init(jax.random.key(0), jnp.zeros((self.rl.obs_dim,))))

@@ -28,20 +28,35 @@ from evogrid.networks import MLP
 from evogrid.rollout import rollout
 from evogrid.utils.jax_utils import tree_where
 from evogrid.utils.replay import ReplayBuffer
-from evogrid.workflows.base import Workflow, config_from_dict
+from evogrid.workflows.base import ConfigMixin, Workflow
 
 RL_ALGORITHMS = ("ppo", "td3")
 
 
 @dataclasses.dataclass(frozen=True)
-class RLConfig:
+class GradientConfig(ConfigMixin):
+    """Fields shared by the gradient-based configs (RLConfig, ERLConfig); they come first in each."""
+
+    cost_budget: float | None = None   # cost-aware training (Lagrangian); None = off
+    lambda_lr: float = 0.05
+    eval_episodes: int = 16
+    seed: int = 0
+    learning_rate: float = 1e-3     # measured on tso-case5: 1e-3 learns in ~150 PPO iterations, 3e-4 barely moves
+    gamma: float = 0.99
+    # TD3 replay and exploration (also the hybrids' learner)
+    buffer_size: int = 100_000
+    batch_size: int = 256
+    warmup_steps: int = 2_000       # random actions / no updates until the buffer holds this many
+    expl_noise: float = 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig(GradientConfig):
     task: str = "tso-case5"
     algorithm: str = "ppo"
     num_envs: int = 16
     rollout_len: int = 48           # steps per env per iteration
     hidden: tuple[int, ...] = (64, 64)
-    learning_rate: float = 1e-3     # measured on tso-case5: 1e-3 learns in ~150 PPO iterations, 3e-4 barely moves
-    gamma: float = 0.99
     max_grad_norm: float = 0.5
     # PPO
     gae_lambda: float = 0.95
@@ -54,25 +69,14 @@ class RLConfig:
     learn_log_std: bool = True
     init_log_std: float = -0.5
     # TD3
-    buffer_size: int = 100_000
-    batch_size: int = 256
     updates_per_iter: int = 48
     tau: float = 0.005
     policy_noise: float = 0.2
     noise_clip: float = 0.5
     policy_delay: int = 2
-    expl_noise: float = 0.1
-    warmup_steps: int = 2_000
-    # cost-aware training (Lagrangian); None = off
-    cost_budget: float | None = None
-    lambda_lr: float = 0.05
-    eval_episodes: int = 16
-    seed: int = 0
 
     def __post_init__(self):
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        if self.algorithm not in RL_ALGORITHMS:
-            raise ValueError(f"unknown RL algorithm {self.algorithm!r}; choose one of {', '.join(RL_ALGORITHMS)}")
+        self._check(RL_ALGORITHMS, "RL ")
         for name in ("num_envs", "rollout_len", "epochs", "minibatches", "batch_size", "policy_delay", "eval_episodes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -82,12 +86,7 @@ class RLConfig:
         if self.buffer_size < self.num_envs * self.rollout_len:
             raise ValueError("buffer_size must hold at least one iteration of transitions (num_envs * rollout_len)")
 
-    @classmethod
-    def from_dict(cls, values: dict) -> "RLConfig":
-        return config_from_dict(cls, values)
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 @struct.dataclass
