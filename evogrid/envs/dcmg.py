@@ -29,7 +29,7 @@ from flax import struct
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
 from evogrid.envs.profiles import daily_load_shape, daily_price_profiles, daily_pv_profiles, time_features
 from evogrid.envs.spaces import Box
-from evogrid.physics import Battery, battery_step
+from evogrid.physics import Battery, battery_step, make_battery
 from evogrid.physics._common import as_float
 from evogrid.utils.jax_utils import uniform_index
 
@@ -176,11 +176,10 @@ def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *,
     diesel emits 2.68 kg CO2 per litre. Outdoor temperature: a daily sine between 15 and 30 degC."""
     if not 0.0 <= deferrable <= 1.0 or deadline_steps < 1:
         raise ValueError(f"need 0 <= deferrable <= 1 and deadline_steps >= 1, got {deferrable}, {deadline_steps}")
-    if not 0.0 <= soc_min <= soc_init <= soc_max <= 1.0:
-        raise ValueError(f"need 0 <= soc_min <= soc_init <= soc_max <= 1, got {soc_min}, {soc_init}, {soc_max}")
     if set_range[0] >= set_range[1] or cop <= 0 or c_th_mwh_per_degc <= 0 or tau_hours <= 0:
         raise ValueError("need set_range[0] < set_range[1] and positive cop, c_th_mwh_per_degc, tau_hours")
-    one = lambda v: as_float(np.full(1, v))  # noqa: E731
+    battery, soc0 = make_battery(1, mw=battery_mw, mwh=battery_mwh, eta_charge=eta_charge, eta_discharge=eta_discharge,
+                                 soc_min=soc_min, soc_max=soc_max, soc_init=soc_init, taper=taper)
     hours = (np.arange(max_steps) + 0.5) * delta_t_hours % 24.0
     t_out = 22.5 + 7.5 * np.sin(2 * np.pi * (hours - 9.0) / 24.0)  # coolest ~3 h, warmest ~15 h
     return DCMGParams(
@@ -189,9 +188,7 @@ def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *,
         pv_avail=as_float(pv_mw * daily_pv_profiles(1, n_days, max_steps, delta_t_hours, seed)[..., 0]),
         price=as_float(daily_price_profiles(n_days, max_steps, delta_t_hours, seed, tuple(price_tariff))),
         t_out=as_float(np.broadcast_to(t_out, (n_days, max_steps))), deferrable=as_float(deferrable),
-        battery=Battery(capacity_mwh=one(battery_mwh), p_max_mw=one(battery_mw), eta_charge=one(eta_charge),
-                        eta_discharge=one(eta_discharge), soc_min=one(soc_min), soc_max=one(soc_max), taper=one(taper)),
-        soc_init=one(soc_init), diesel_max=as_float(diesel_mw), diesel_min_frac=as_float(diesel_min_frac),
+        battery=battery, soc_init=soc0, diesel_max=as_float(diesel_mw), diesel_min_frac=as_float(diesel_min_frac),
         fuel_idle=as_float(fuel_idle), fuel_slope=as_float(fuel_slope), fuel_price=as_float(fuel_price),
         diesel_co2=as_float(diesel_co2), grid_co2=as_float(grid_co2), carbon_price=as_float(carbon_price),
         grid_cap=as_float(grid_cap_mw), cop=as_float(cop), q_cool_max=as_float(q_cool_max_mw),

@@ -29,7 +29,7 @@ from evogrid.envs.dist import DistGridEnv, DistParams, DistState, bus_rows, feed
 from evogrid.envs.environment import sanitize_action
 from evogrid.envs.profiles import daily_price_profiles
 from evogrid.envs.spaces import Box
-from evogrid.physics import Battery, battery_step
+from evogrid.physics import Battery, battery_step, make_battery
 from evogrid.physics._common import as_float
 
 
@@ -114,26 +114,16 @@ def make_der_params(case: Case | str = "141", max_steps: int = 48, delta_t_hours
     """Parameters of `DEREnv`. Bus numbers are the case file's. Battery sizes may be scalars or one per
     battery. Loads, PV and the time-of-use price (`price_tariff` = off-peak, shoulder, peak $/MWh) are
     seeded synthetic days; start-of-day states are solved once here."""
-    if not 0.0 <= soc_min <= soc_init <= soc_max <= 1.0:
-        raise ValueError(f"need 0 <= soc_min <= soc_init <= soc_max <= 1, got {soc_min}, {soc_init}, {soc_max}")
-    if not (0.0 < eta_charge <= 1.0 and 0.0 < eta_discharge <= 1.0):
-        raise ValueError(f"efficiencies must lie in (0, 1], got eta_charge={eta_charge}, eta_discharge={eta_discharge}")
-    n_bat = len(battery_buses)
-    sizes = {name: np.broadcast_to(np.asarray(v, float), (n_bat,)) for name, v in
-             (("battery_mw", battery_mw), ("battery_mwh", battery_mwh))}
-    if np.any(sizes["battery_mwh"] <= 0) or np.any(sizes["battery_mw"] < 0):
-        raise ValueError("battery_mwh must be > 0 and battery_mw >= 0")
+    battery, soc0 = make_battery(len(battery_buses), mw=battery_mw, mwh=battery_mwh, eta_charge=eta_charge,
+                                 eta_discharge=eta_discharge, soc_min=soc_min, soc_max=soc_max, soc_init=soc_init,
+                                 taper=taper)
     case, fields = feeder_fields(case, max_steps, delta_t_hours, pv_buses=pv_buses, pv_rating_mw=pv_rating_mw,
                                  inverter_oversize=inverter_oversize, flex_buses=flex_buses, shift_max=shift_max,
                                  n_days=n_days, seed=seed, v_min=v_min, v_max=v_max, loss_price=loss_price,
                                  curtail_price=0.0, discomfort_price=discomfort_price, reward_scale=reward_scale,
                                  sweeps=sweeps)
-    full = lambda v: as_float(np.full(n_bat, v))  # noqa: E731
-    battery = Battery(capacity_mwh=as_float(sizes["battery_mwh"]), p_max_mw=as_float(sizes["battery_mw"]),
-                      eta_charge=full(eta_charge), eta_discharge=full(eta_discharge), soc_min=full(soc_min),
-                      soc_max=full(soc_max), taper=full(taper))
     params = DERParams(**fields, battery=battery,
                        battery_incidence=as_float(np.eye(case.n_bus)[bus_rows(case, "battery_buses", battery_buses)]),
-                       soc_init=full(soc_init),
+                       soc_init=soc0,
                        price=as_float(daily_price_profiles(n_days, max_steps, delta_t_hours, seed, tuple(price_tariff))))
     return with_initial_states(DEREnv(), params)

@@ -94,8 +94,7 @@ class GenCoMarketEnv(Environment):
         unit_mw = jnp.zeros(params.company.shape[1], gen.dtype).at[params.seg_unit].add(gen)
         new = MarketState(time_step=state.time_step + 1, day=state.day, lmp=lmp)
         info = {"profits": profits, "lmp": lmp, "unit_mw": unit_mw, "markup": markup, "nonfinite_actions": n_bad,
-                "consumer_payment": jnp.sum(lmp * (load - jnp.zeros_like(load).at[params.seg_bus[n_seg:]].add(shed)))
-                * params.delta_t_hours}
+                "consumer_payment": jnp.sum(lmp * (load - shed)) * params.delta_t_hours}  # shedding segment n sits at bus n
         reward = jnp.sum(profits) * params.reward_scale
         return self._obs(new, params), new, reward, costs, new.time_step >= params.max_steps, info
 

@@ -16,7 +16,10 @@ environment can report it. Shared by the DERs and data-centre microgrid tasks.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
+
+from evogrid.physics._common import as_float
 
 
 @struct.dataclass
@@ -32,6 +35,23 @@ class Battery:
     soc_min: jnp.ndarray
     soc_max: jnp.ndarray
     taper: jnp.ndarray
+
+
+def make_battery(n: int, *, mw, mwh, eta_charge: float, eta_discharge: float, soc_min: float, soc_max: float,
+                 soc_init: float, taper: float):
+    """`n` batteries (sizes scalar or one per battery) and their initial SOC [n], after checking the
+    numbers make sense. Shared by the DERs and DCMG parameter builders."""
+    if not 0.0 <= soc_min <= soc_init <= soc_max <= 1.0:
+        raise ValueError(f"need 0 <= soc_min <= soc_init <= soc_max <= 1, got {soc_min}, {soc_init}, {soc_max}")
+    if not (0.0 < eta_charge <= 1.0 and 0.0 < eta_discharge <= 1.0):
+        raise ValueError(f"efficiencies must lie in (0, 1], got eta_charge={eta_charge}, eta_discharge={eta_discharge}")
+    mw, mwh = (np.broadcast_to(np.asarray(v, float), (n,)) for v in (mw, mwh))
+    if np.any(mwh <= 0) or np.any(mw < 0):
+        raise ValueError("battery_mwh must be > 0 and battery_mw >= 0")
+    full = lambda v: as_float(np.full(n, v))  # noqa: E731
+    battery = Battery(capacity_mwh=as_float(mwh), p_max_mw=as_float(mw), eta_charge=full(eta_charge),
+                      eta_discharge=full(eta_discharge), soc_min=full(soc_min), soc_max=full(soc_max), taper=full(taper))
+    return battery, full(soc_init)
 
 
 def _derate(room, taper):

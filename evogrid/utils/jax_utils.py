@@ -96,6 +96,14 @@ def stop_obs_state_gradient(transition):
     return (jax.lax.stop_gradient(obs), tree_stop_gradient(state), *rest)
 
 
+def strong_types(tree, like=None):
+    """Every leaf as an array of a fixed (not weak) dtype: `like`'s dtypes when given, else its own.
+    evosax states hold weak-typed scalars; a jitted step fed them would retrace at its second call."""
+    if like is None:
+        return jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.asarray(x).dtype), tree)
+    return jax.tree_util.tree_map(lambda new, old: jnp.asarray(new, dtype=old.dtype), tree, like)
+
+
 def tree_where(cond, on_true, on_false):
     """Leaf-wise `jnp.where(cond, a, b)` over two pytrees of the same structure (cond is a scalar)."""
     return jax.tree_util.tree_map(lambda a, b: jnp.where(cond, a, b), on_true, on_false)

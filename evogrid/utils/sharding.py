@@ -3,8 +3,8 @@
 A workflow holds a one-axis `Mesh` named "pop" over every device JAX sees (all hosts'
 devices after `jax.distributed.initialize`). The run state is replicated on it; inside
 the compiled generation `shard_map` gives each device its slice of the population
-(`P("pop")`) to play, and the per-individual results are constrained back
-to replicated before any reduction over the population (fitness shaping, the ES update,
+(`P("pop")`) to play, and an explicit all-gather hands every device all per-individual
+results before any reduction over the population (fitness shaping, the ES update,
 observation statistics). Every reduction therefore sees the whole array in the same
 order on every device, which is what makes results independent of the device count.
 """

@@ -78,7 +78,6 @@ class CoevolutionWorkflow(Workflow):
         keys = jax.random.split(key, 2 * len(self.agents) + 1)
         means = jnp.stack([ravel_pytree(self.model.init(k, jnp.zeros((self.obs_dim,))))[0] for k in keys[1:1 + len(self.agents)]])
         es = jax.vmap(self.strategy.init)(keys[1 + len(self.agents):], means)
-        es = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.asarray(x).dtype), es)
         return CoevoState(key=jax.random.key_data(keys[0]), es_state=es, generation=jnp.zeros((), jnp.int32))
 
     def _joint_action(self, flat_params, obs):
@@ -111,7 +110,6 @@ class CoevolutionWorkflow(Workflow):
         fit_lineup = profits.mean(1).T * self.params.reward_scale                  # [C, P] in lineup order
         fitness = jnp.zeros_like(fit_lineup).at[jnp.arange(n_comp)[:, None], perm].set(fit_lineup)
         es = jax.vmap(self.strategy.tell)(jax.random.split(k_tell, n_comp), population, fitness, es)
-        es = jax.tree_util.tree_map(lambda new, old: jnp.asarray(new, dtype=old.dtype), es, state.es_state)
         state = CoevoState(key=jax.random.key_data(key), es_state=es, generation=state.generation + 1)
         metrics = {"profit_mean": fit_lineup.mean(1), "price_mean": price.mean(), "markup_mean": markup.mean((0, 1))}
         return state, metrics

@@ -35,6 +35,7 @@ from evogrid.envs.wrappers import TrainingWrapper
 from evogrid.networks import RunningNorm, make_vmap_mlp
 from evogrid.operators import MLPMutation, elite_indices, tournament_selection, uniform_crossover
 from evogrid.rollout import rollout
+from evogrid.utils.jax_utils import strong_types, tree_where
 from evogrid.utils.sharding import POP_AXIS, check_divisible, gather, population_mesh, replicate
 from evogrid.workflows.base import ConfigMixin, Workflow
 
@@ -118,15 +119,18 @@ class EvosaxStrategy:
         if self.population_based:
             k1, k2 = jax.random.split(key)
             pop = mean + self.sigma * jax.random.normal(k1, (self.es.population_size, mean.shape[0]), mean.dtype)
-            return self.es.init(k2, pop, jnp.full((self.es.population_size,), jnp.inf, mean.dtype), self.params)
-        return self.es.init(key, mean, self.params)
+            return strong_types(self.es.init(k2, pop, jnp.full((self.es.population_size,), jnp.inf, mean.dtype), self.params))
+        return strong_types(self.es.init(key, mean, self.params))
 
     def ask(self, key, state):
-        return self.es.ask(key, state, self.params)
+        population, new = self.es.ask(key, state, self.params)
+        return population, strong_types(new, like=state)
 
     def tell(self, key, population, fitness, state):
-        state, _ = self.es.tell(key, population, -fitness, state, self.params)  # the one sign flip: evosax minimises
-        return state
+        new, _ = self.es.tell(key, population, -fitness, state, self.params)  # the one sign flip: evosax minimises
+        # evosax returns some fields weak-typed (e.g. a schedule's std); keep the input's exact
+        # types so a jitted step does not retrace at generation 2
+        return strong_types(new, like=state)
 
     def center(self, state):
         return state.best_solution if self.population_based else state.mean
@@ -228,9 +232,7 @@ class ECWorkflow(Workflow):
             best_fitness=jnp.asarray(-jnp.inf, mean.dtype),
             best_obs_norm=RunningNorm.create(self.obs_dim),
         )
-        # evosax's initial states hold weak-typed Python scalars; fixed dtypes keep the jitted
-        # step from retracing at generation 2. The state lives replicated on the mesh.
-        return replicate(jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.asarray(x).dtype), state), self.mesh)
+        return replicate(state, self.mesh)  # the state lives replicated on the mesh
 
     def _policy(self, flat_params, norm: RunningNorm):
         params = self.unravel(flat_params)
@@ -281,12 +283,9 @@ class ECWorkflow(Workflow):
         costs = metrics["episode_cost"].mean(-2)              # [pop, C]
         fitness = self.fitness(returns, costs)
         es_state = self.strategy.tell(k_tell, population, fitness, es_state)
-        # evosax returns some fields weak-typed (e.g. a schedule's std); keep the input's exact
-        # types so the jitted step does not retrace at generation 2
-        es_state = jax.tree_util.tree_map(lambda new, old: jnp.asarray(new, dtype=old.dtype), es_state, state.es_state)
         i_best = jnp.argmax(fitness)
         improved = fitness[i_best] > state.best_fitness
-        best_norm = jax.tree_util.tree_map(lambda a, b: jnp.where(improved, a, b), state.obs_norm, state.best_obs_norm)
+        best_norm = tree_where(improved, state.obs_norm, state.best_obs_norm)
         norm = state.obs_norm
         if self.config.obs_norm:
             w = metrics["obs_count"] / metrics["obs_count"].sum()  # pool the individuals' moments by count

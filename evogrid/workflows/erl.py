@@ -22,6 +22,7 @@ import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
+from evogrid.utils.jax_utils import tree_where
 from evogrid.workflows.base import Workflow
 from evogrid.workflows.ec import GAState, NativeGA
 from evogrid.workflows.rl import GradientConfig, RLConfig, RLState, RLWorkflow
@@ -141,7 +142,7 @@ class ERLWorkflow(Workflow):
 
         def update(st, k):
             new, _ = self.rl.td3_update(st, k)
-            return jax.tree_util.tree_map(lambda a, b: jnp.where(ready, a, b), new, st), None
+            return tree_where(ready, new, st), None
 
         learner, _ = jax.lax.scan(update, learner, jax.random.split(key, self.config.updates_per_gen))
         return learner
@@ -162,7 +163,7 @@ class ERLWorkflow(Workflow):
         pop, fit = state.population, fitness[:-1]
         do_inject = (state.generation + 1) % self.config.inject_every == 0
         injected = inject(pop, fit, rl_flat, fitness[-1])
-        pop, fit = jax.tree_util.tree_map(lambda a, b: jnp.where(do_inject, a, b), injected, (pop, fit))
+        pop, fit = tree_where(do_inject, injected, (pop, fit))
         offspring, _ = self.ga.ask(k_ga, GAState(pop, fit))
         learner = learner.replace(lam=self.rl._update_lambda(learner, step_cost), iteration=learner.iteration + 1)
         new = state.replace(learner=learner, population=offspring, fitness=fit, key=jax.random.key_data(key),

@@ -26,7 +26,7 @@ from evogrid.envs import make
 from evogrid.envs.wrappers import TrainingWrapper
 from evogrid.networks import MLP
 from evogrid.rollout import rollout
-from evogrid.utils.jax_utils import tree_where
+from evogrid.utils.jax_utils import strong_types, tree_where
 from evogrid.utils.replay import ReplayBuffer
 from evogrid.workflows.base import ConfigMixin, Workflow
 
@@ -216,7 +216,7 @@ class RLWorkflow(Workflow):
             buffer=buffer, env_state=env_state, obs=obs, ep_return=jnp.zeros(cfg.num_envs), last_return=zero,
             ep_cost=jnp.zeros(cfg.num_envs), last_cost=zero, lam=zero, iteration=jnp.zeros((), jnp.int32),
             updates=jnp.zeros((), jnp.int32))
-        return jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.asarray(x).dtype), state)
+        return strong_types(state)
 
     def _step(self, state: RLState):
         return self._ppo_iteration(state) if self.config.algorithm == "ppo" else self._td3_iteration(state)
