@@ -3,6 +3,7 @@
 
     python3 dev.py run     # install into .venv, run the main job (`evogrid`, no arguments)
     python3 dev.py test    # install into .venv with test extras, run the test suite
+    python3 dev.py test --fast   # the same without the tests marked slow (learning, subprocesses)
 
 Extra arguments after the verb are passed on (to `evogrid` or to pytest).
 Dependencies are pinned by constraints.txt; the install is skipped when
@@ -54,6 +55,8 @@ def main(argv: list[str]) -> int:
     if verb == "run":
         cmd = [str(PY), "-m", "evogrid.cli", *rest]
     else:
+        if "--fast" in rest:
+            rest = [a for a in rest if a != "--fast"] + ["-m", "not slow"]
         cmd = [str(PY), "-m", "pytest", *rest]
     return subprocess.run(cmd, cwd=ROOT).returncode
 

@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import platform
-import statistics
 import time
 
 import jax

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 
 import jax
-import jax.numpy as jnp
 
 from evogrid.envs import make
 from evogrid.envs.wrappers import TrainingWrapper

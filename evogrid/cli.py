@@ -1,10 +1,14 @@
-"""The `evogrid` command.
+"""The `evogrid` command. Training options, their defaults and help come from the config classes
+of the workflow registry (`evogrid.workflows.registry`), so a default lives in one place.
 
-    evogrid                      # = evogrid train: Open_ES on TSO case14 with the defaults below
+    evogrid                      # = evogrid train: Open_ES on TSO case14 with the ECConfig defaults
     evogrid train --algorithm CMA_ES --task tso-case5 --pop 32 --generations 100 --out runs/cma5
     evogrid train --out runs/cma5 --algorithm CMA_ES --task tso-case5 --pop 32 --generations 200 --resume
+    evogrid train --algorithm ppo --help            # the options of one algorithm
+    evogrid train --task gencos-case5 --algorithm coevo
     evogrid train --distributed --coordinator host0:12355 --num-processes 2 --process-id 0   # one per host
-    evogrid eval runs/cma5       # replay the best policy, print its return and cost channels
+    evogrid eval runs/cma5       # evaluate the run's best policy
+    evogrid config --algorithm ppo                  # every config key with its default and help
     evogrid rollout --task tso-case118-ac --envs 64 --steps 48   # random-policy throughput table
     evogrid cases                # shipped grid cases
     evogrid tasks                # registered task names
@@ -12,8 +16,18 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import sys
 import time
+import typing
+from pathlib import Path
+
+DEFAULT_ALGORITHM = "Open_ES"
+
+
+class UsageError(Exception):
+    """A mistake in the command: printed as one line, exit code 2."""
 
 
 def _rollout(args) -> int:
@@ -23,11 +37,7 @@ def _rollout(args) -> int:
     from evogrid.envs import make
     from evogrid.rollout import make_random_rollout
 
-    try:
-        env, params = make(args.task, max_steps=args.steps)
-    except ValueError as err:
-        print(f"evogrid: {err}", file=sys.stderr)
-        return 2
+    env, params = make(args.task, max_steps=args.steps)
     print(f"evogrid: {args.envs} x {args.steps}-step random-policy rollouts of {args.task} "
           f"on {jax.devices()[0].platform.upper()} (one compiled program)", flush=True)
     collect = make_random_rollout(env, params, args.envs, args.steps)
@@ -50,160 +60,219 @@ def _rollout(args) -> int:
     for name, values in sorted(info.items()):
         rows.append((f"info '{name}' (mean per step)", f"{float(np.asarray(values).mean()):,.4g}"))
     for name, total in zip(env.constraint_names(params), np.asarray(costs).sum(axis=1).mean(axis=0)):
-        rows.append((f"cost '{name}' per episode", f"{total:.3f} p.u."))
+        rows.append((f"cost '{name}' per episode", f"{total:.3f}"))
     width = max(len(r[0]) for r in rows)
     print("\n".join(f"  {name:<{width}}  {value}" for name, value in rows))
     return 0
 
 
-def _train(args) -> int:
-    import json
-    from pathlib import Path
+# --- options generated from the config classes ----------------------------------------------------
 
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _add_config_options(parser, config_cls) -> None:
+    """One option per config field (and its short spelling), default None = not given."""
+    from evogrid.utils.config import field_type
+
+    group = parser.add_argument_group(f"{config_cls.__name__} options (defaults from the config class)")
+    for f in dataclasses.fields(config_cls):
+        if f.name == "algorithm":
+            continue
+        tp = field_type(config_cls, f.name)
+        kwargs = {"dest": f.name, "default": None, "help": f"{f.metadata.get('help', '')} (default: {_shown(f.default)})"}
+        args = typing.get_args(tp)
+        if typing.get_origin(tp) is tuple:
+            kwargs.update(nargs="+", type=args[0], metavar="N")
+        elif tp is bool:
+            kwargs.update(type=_parse_bool, metavar="BOOL")
+        elif f.metadata.get("choices"):
+            kwargs.update(choices=f.metadata["choices"])
+        else:
+            base = next((a for a in args if a is not type(None)), tp)  # float | None -> float
+            kwargs.update(type=base if base in (int, float, str) else str)
+        flags = [_flag(f.name)] + ([f.metadata["cli"]] if f.metadata.get("cli") else [])
+        group.add_argument(*flags, **kwargs)
+
+
+def _shown(value) -> str:
+    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def _all_option_flags() -> dict[str, list[str]]:
+    """flag -> algorithms whose config takes it (to name the algorithms in a refusal)."""
+    from evogrid.workflows.registry import algorithms, config_class
+
+    flags: dict[str, list[str]] = {}
+    for name in algorithms():
+        for f in dataclasses.fields(config_class(name)):
+            for flag in [_flag(f.name)] + ([f.metadata["cli"]] if f.metadata.get("cli") else []):
+                flags.setdefault(flag, []).append(name)
+    return flags
+
+
+def _train_parser(config_cls, algorithm: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="evogrid train", description=f"Train with {algorithm}. Options depend on "
+                                "--algorithm: `evogrid train --algorithm NAME --help` lists them.")
+    p.add_argument("--algorithm", default=None, help=f"algorithm name (default {DEFAULT_ALGORITHM}; "
+                   "see `evogrid config`); case and '_'/'-' do not matter")
+    p.add_argument("--config", help="JSON file of config keys; command-line options override it")
+    p.add_argument("--out", help="run directory (default runs/<task>-<algorithm>-<time>)")
+    p.add_argument("--generations", type=int, default=300, help="total generations / iterations (default 300)")
+    p.add_argument("--checkpoint-every", type=int, default=25, help="generations between checkpoints (default 25)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    p.add_argument("--distributed", action="store_true",
+                   help="multi-host run: start jax.distributed (options below, EVOGRID_* variables, or SLURM/MPI detection)")
+    p.add_argument("--coordinator", help="with --distributed: HOST:PORT of process 0")
+    p.add_argument("--num-processes", type=int, help="with --distributed: number of processes")
+    p.add_argument("--process-id", type=int, help="with --distributed: this process's index")
+    _add_config_options(p, config_cls)
+    return p
+
+
+def _read_config_file(path: str) -> dict:
+    try:
+        values = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise UsageError(f"cannot read --config {path}: {err}") from None
+    if not isinstance(values, dict):
+        raise UsageError(f"--config {path} must hold a JSON object of config keys, got {type(values).__name__}")
+    return values
+
+
+def _train_values(argv: list[str]):
+    """(parsed args, config values) from the command line: algorithm first, then its own options."""
+    from evogrid.workflows.registry import resolve
+
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--algorithm")
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    file_values = _read_config_file(known.config) if known.config else {}
+    try:
+        algorithm, config_cls, _ = resolve(known.algorithm or file_values.get("algorithm", DEFAULT_ALGORITHM))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    parser = _train_parser(config_cls, algorithm)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        takers = _all_option_flags().get(unknown[0].split("=")[0])
+        if takers:
+            raise UsageError(f"{unknown[0]} does not apply to {algorithm} (it is an option of {', '.join(takers)}); "
+                             f"see `evogrid train --algorithm {algorithm} --help`")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    values = dict(file_values)
+    for f in dataclasses.fields(config_cls):
+        given = getattr(args, f.name, None)
+        if given is not None and f.name != "algorithm":
+            values[f.name] = given
+    values["algorithm"] = algorithm
+    if args.generations < 1 or args.checkpoint_every < 1:
+        raise UsageError("--generations and --checkpoint-every must be positive")
+    return args, values
+
+
+def _train(argv: list[str]) -> int:
     import jax
 
+    from evogrid.utils.checkpoint import CheckpointError
+    from evogrid.workflows.registry import build
+
+    args, values = _train_values(argv)
     if args.distributed and not args.out:
-        print("evogrid: --distributed needs --out (a directory every process can reach)", file=sys.stderr)
-        return 2
+        raise UsageError("--distributed needs --out (a directory every process can reach)")
     if args.distributed:  # before any JAX computation
         from evogrid.utils.sharding import initialize_distributed
 
         try:
             initialize_distributed(args.coordinator, args.num_processes, args.process_id)
         except (ValueError, RuntimeError) as err:
-            print(f"evogrid: cannot start the distributed runtime: {err}\n(pass --coordinator HOST:PORT "
-                  "--num-processes N --process-id I, or run under SLURM / Open MPI)", file=sys.stderr)
-            return 2
+            raise UsageError(f"cannot start the distributed runtime: {err} (pass --coordinator HOST:PORT "
+                             "--num-processes N --process-id I, or run under SLURM / Open MPI)") from None
     primary = jax.process_index() == 0
-
-    values = {}
-    if args.config:
-        try:
-            values = json.loads(Path(args.config).read_text())
-        except (OSError, json.JSONDecodeError) as err:
-            print(f"evogrid: cannot read --config {args.config}: {err}", file=sys.stderr)
-            return 2
-    for opt, key in (("algorithm", "algorithm"), ("task", "task"), ("pop", "pop_size"), ("episodes", "episodes_per_individual"),
-                     ("seed", "seed"), ("sigma", "sigma"), ("lr", "learning_rate"), ("cost_penalty", "cost_penalty"),
-                     ("hidden", "hidden"), ("envs", "num_envs"), ("cost_budget", "cost_budget")):
-        if getattr(args, opt) is not None:
-            values[key] = getattr(args, opt)
     try:
-        config, workflow = _workflow(values)
+        config, workflow = build(values)
     except ValueError as err:
-        print(f"evogrid: {err}", file=sys.stderr)
-        return 2
+        raise UsageError(str(err)) from None
     out = Path(args.out) if args.out else Path("runs") / f"{config.task}-{config.algorithm}-{time.strftime('%Y%m%d-%H%M%S')}"
     if primary:
         n_dev, n_proc = jax.device_count(), jax.process_count()
-        size = (f"population {config.pop_size} x {config.episodes_per_individual} episodes"
-                if hasattr(config, "episodes_per_individual") else f"population {config.pop_size} + a TD3 learner"
-                if hasattr(config, "inject_every") else f"{config.num_envs} envs x {config.rollout_len} steps per iteration")
-        print(f"evogrid train: {config.algorithm} on {config.task}, {size}, {args.generations} iterations on {n_dev} "
+        print(f"evogrid train: {config.algorithm} on {config.task}, {args.generations} {workflow.unit}s on {n_dev} "
               f"{jax.devices()[0].platform.upper()} device(s)" + (f" in {n_proc} processes" if n_proc > 1 else "")
               + f" -> {out}", flush=True)
     state = workflow.init()
     try:
         state, history = workflow.learn(state, args.generations, run_dir=out, checkpoint_every=args.checkpoint_every,
                                         resume=args.resume)
-    except (FileExistsError, RuntimeError) as err:
-        print(f"evogrid: {err}", file=sys.stderr)
-        return 2
+    except (FileExistsError, FileNotFoundError, PermissionError, CheckpointError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    ev = workflow.evaluate(state)  # a collective computation under jax.distributed: every process takes part
     if not primary:
-        workflow.evaluate(state)  # a collective computation: every process takes part
         return 0
-    _plot(out, history)
-    if history:
-        first, last = history[0], history[-1]
-        if "best_fitness" in last:
-            print(f"fitness (best of population): generation {first['generation']}: {first['fitness_max']:.2f} -> "
-                  f"generation {last['generation']}: {last['fitness_max']:.2f}; best so far {last['best_fitness']:.2f}")
-        else:
-            key, label = ("return", "training episode return") if "return" in last else ("fitness_max", "best fitness")
-            print(f"{label}: iteration {first['generation']}: {first[key]:.2f} -> iteration {last['generation']}: "
-                  f"{last[key]:.2f}")
-    _report(workflow, state)
+    from evogrid.utils.plots import learning_curve
+
+    learning_curve(out, history, title=f"{config.task} · {config.algorithm} · seed {config.seed}")
+    print(_format_evaluation(workflow, ev))
     print(f"metrics: {out / 'metrics.jsonl'}, {out / 'metrics.csv'}; curve: {out / 'learning_curve.png'}; "
           f"checkpoints: {out / 'checkpoints'}")
     return 0
 
 
-def _workflow(values: dict):
-    """(config, workflow) for an EC algorithm (ECWorkflow), an RL one (RLWorkflow: ppo, td3) or an
-    ERL hybrid (ERLWorkflow: erl, cemrl)."""
-    from evogrid.workflows import ECConfig, ECWorkflow, RL_ALGORITHMS, RLConfig, RLWorkflow
-    from evogrid.workflows.erl import ERL_ALGORITHMS, ERLConfig, ERLWorkflow
-
-    families = ((ERL_ALGORITHMS, ERLConfig, ERLWorkflow, {"episodes_per_individual", "sigma", "cost_penalty", "num_envs"}),
-                (RL_ALGORITHMS, RLConfig, RLWorkflow, {"pop_size", "episodes_per_individual", "sigma", "cost_penalty"}))
-    for names, config_cls, workflow_cls, not_here in families:
-        if values.get("algorithm") in names:
-            wrong = sorted(set(values) & not_here)
-            if wrong:
-                raise ValueError(f"{', '.join(wrong)} do not apply to {values['algorithm']}")
-            config = config_cls.from_dict({"task": "tso-case14", **values})
-            return config, workflow_cls(config)
-    if {"num_envs", "cost_budget"} & set(values):
-        raise ValueError("--envs and --cost-budget apply to the RL algorithms (ppo, td3)")
-    defaults = {"task": "tso-case14", "pop_size": 64, "episodes_per_individual": 4, "cost_penalty": 1.0}
-    config = ECConfig.from_dict({**defaults, **values})
-    return config, ECWorkflow(config)
-
-
-def _report(workflow, state) -> None:
+def _format_evaluation(workflow, ev) -> str:
+    """Every evaluation figure on its own line; vector entries named (cost channels, companies)."""
     import numpy as np
 
-    ev = workflow.evaluate(state)
-    names = workflow.env.constraint_names(workflow.env_params)
-    print(f"best policy over {workflow.config.eval_episodes} fresh episodes: return {float(ev['return']):.2f} "
-          f"± {float(ev['return_std']):.2f}")
-    for name, value in zip(names, np.asarray(ev["cost_channels"])):
-        print(f"  cost '{name}' per episode  {value:.4f}")
+    from evogrid.utils.rundir import flatten_row
 
-
-def _plot(out, history) -> None:
-    if not history:
-        return
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("evogrid: matplotlib not installed; no learning-curve PNG", file=sys.stderr)
-        return
-    gens = [r["generation"] for r in history]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.5))
-    for key in ("fitness_max", "fitness_mean", "best_fitness", "return"):
-        if key in history[-1]:
-            ax1.plot(gens, [r[key] for r in history], label=key)
-    ax1.set_xlabel("generation"), ax1.set_ylabel("fitness / return"), ax1.legend()
-    cost_key = "cost_mean" if "cost_mean" in history[-1] else "episode_cost"
-    ax2.plot(gens, [r[cost_key] for r in history], color="tab:red")
-    ax2.set_xlabel("generation"), ax2.set_ylabel("mean summed costs (p.u.)")
-    fig.tight_layout()
-    fig.savefig(out / "learning_curve.png", dpi=100)
-    plt.close(fig)
+    names = dict(workflow.metric_names(), cost_channels=workflow.cost_names, profits=getattr(workflow, "agents", None))
+    flat = flatten_row({k: np.asarray(v).tolist() for k, v in ev.items()}, names)
+    width = max(len(k) for k in flat)
+    return "evaluation of the best policy:\n" + "\n".join(f"  {k:<{width}}  {v:.6g}" for k, v in flat.items())
 
 
 def _eval(args) -> int:
-    import json
-    from pathlib import Path
-
-    from evogrid.utils.checkpoint import Checkpointer
+    from evogrid.utils.checkpoint import Checkpointer, CheckpointError
+    from evogrid.workflows.registry import build
 
     run = Path(args.run_dir)
-    if not (run / "config.json").exists():
-        print(f"evogrid: {run} is not a run directory (no config.json); pass the --out of `evogrid train`", file=sys.stderr)
-        return 2
-    config, workflow = _workflow(json.loads((run / "config.json").read_text()))
-    restored = Checkpointer(run / "checkpoints", config.to_dict()).restore_latest(workflow.init())
+    if not (run / "config.json").is_file():
+        raise UsageError(f"{run} is not a run directory (no config.json); pass the --out of `evogrid train`")
+    try:
+        values = json.loads((run / "config.json").read_text())
+        if not isinstance(values, dict):
+            raise ValueError(f"it holds a {type(values).__name__}, not an object of config keys")
+        config, workflow = build(values)
+        restored = Checkpointer(run / "checkpoints", config.to_dict()).restore_latest(workflow.init())
+    except (json.JSONDecodeError, ValueError, CheckpointError) as err:
+        raise UsageError(f"cannot evaluate {run}: config.json: {err}") from None
     if restored is None:
-        print(f"evogrid: no checkpoint in {run / 'checkpoints'}", file=sys.stderr)
-        return 2
+        raise UsageError(f"no checkpoint in {run / 'checkpoints'}")
     step, state = restored
-    print(f"evogrid eval: {config.algorithm} on {config.task}, checkpoint of generation {step}")
-    _report(workflow, state)
+    print(f"evogrid eval: {config.algorithm} on {config.task}, checkpoint of {workflow.unit} {step}")
+    print(_format_evaluation(workflow, workflow.evaluate(state)))
+    return 0
+
+
+def _config(args) -> int:
+    from evogrid.workflows.registry import algorithms, resolve
+
+    try:
+        name, config_cls, workflow_cls = resolve(args.algorithm)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    print(f"{config_cls.__name__} ({name}, {workflow_cls.__name__}); algorithms: {', '.join(algorithms())}")
+    for field, kind, default, help_text in config_cls.describe():
+        print(f"  {field:<24} {_shown(default):<14} {help_text} [{kind}]")
     return 0
 
 
@@ -224,52 +293,36 @@ def _tasks(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="evogrid", description="Evolutionary RL on JAX power-system environments.")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(prog="evogrid", description="Evolutionary RL on JAX power-system environments.",
+                                     epilog="With no command, `evogrid` runs `evogrid train` with its defaults.")
     sub = parser.add_subparsers(dest="command")
-    from evogrid.workflows.ec import ALGORITHMS
-    from evogrid.workflows.erl import ERL_ALGORITHMS
-    from evogrid.workflows.rl import RL_ALGORITHMS
-
-    tr = sub.add_parser("train", help="evolve a policy (the default command)")
-    tr.add_argument("--algorithm", choices=ALGORITHMS + RL_ALGORITHMS + ERL_ALGORITHMS,
-                    help="default Open_ES; ppo and td3 train by gradient; erl and cemrl are hybrids")
-    tr.add_argument("--task", help="task name, see `evogrid tasks` (default tso-case14)")
-    tr.add_argument("--pop", type=int, help="population size (default 64)")
-    tr.add_argument("--generations", type=int, default=300, help="total generations (default 300)")
-    tr.add_argument("--episodes", type=int, help="episodes per individual (default 4)")
-    tr.add_argument("--seed", type=int)
-    tr.add_argument("--sigma", type=float, help="initial search std / mutation scale (default 0.05)")
-    tr.add_argument("--lr", type=float, help="ES learning rate (default 0.03)")
-    tr.add_argument("--cost-penalty", type=float, help="lambda in fitness = return - lambda * costs (default 1.0)")
-    tr.add_argument("--hidden", type=int, nargs="+", help="MLP widths (default 32 32; RL 64 64)")
-    tr.add_argument("--envs", type=int, help="RL: parallel environments (default 16)")
-    tr.add_argument("--cost-budget", type=float, help="RL: episode cost budget for the Lagrange multiplier (default off)")
-    tr.add_argument("--config", help="JSON file of ECConfig (or, for ppo/td3, RLConfig) keys; command-line options override it")
-    tr.add_argument("--out", help="run directory (default runs/<task>-<algorithm>-<time>)")
-    tr.add_argument("--checkpoint-every", type=int, default=25, help="generations between checkpoints (default 25)")
-    tr.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
-    tr.add_argument("--distributed", action="store_true",
-                    help="multi-host run: start jax.distributed (options below, EVOGRID_* variables, or SLURM/MPI detection)")
-    tr.add_argument("--coordinator", help="with --distributed: HOST:PORT of process 0")
-    tr.add_argument("--num-processes", type=int, help="with --distributed: number of processes")
-    tr.add_argument("--process-id", type=int, help="with --distributed: this process's index")
-    ev = sub.add_parser("eval", help="replay the best policy of a run")
+    sub.add_parser("train", help="train a policy (the default command); `evogrid train --help` for options",
+                   add_help=False)
+    ev = sub.add_parser("eval", help="evaluate the best policy of a run")
     ev.add_argument("run_dir")
-    ro = sub.add_parser("rollout", help="batched random-policy rollout with a summary table (the default)")
+    co = sub.add_parser("config", help="list every config key of an algorithm with its default and help")
+    co.add_argument("--algorithm", default=DEFAULT_ALGORITHM)
+    ro = sub.add_parser("rollout", help="batched random-policy rollout with a throughput table")
     ro.add_argument("--task", default="tso-case14", help="task name, see `evogrid tasks` (default tso-case14)")
     ro.add_argument("--envs", type=int, default=256, help="parallel environments (default 256)")
     ro.add_argument("--steps", type=int, default=48, help="steps per episode (default 48 half-hours)")
     ro.add_argument("--seed", type=int, default=0)
     sub.add_parser("cases", help="list shipped grid cases")
     sub.add_parser("tasks", help="list task names for `make`")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.command is None:
-        args = parser.parse_args(["train"])
-    if args.command == "rollout" and (args.envs < 1 or args.steps < 1):
-        parser.error("--envs and --steps must be positive")
-    if args.command == "train" and (args.generations < 1 or args.checkpoint_every < 1):
-        parser.error("--generations and --checkpoint-every must be positive")
-    return {"train": _train, "eval": _eval, "rollout": _rollout, "cases": _cases, "tasks": _tasks}[args.command](args)
+    try:
+        if not argv or argv[0] == "train":
+            return _train(argv[1:])
+        args = parser.parse_args(argv)
+        if args.command == "rollout" and (args.envs < 1 or args.steps < 1):
+            parser.error("--envs and --steps must be positive")
+        return {"eval": _eval, "config": _config, "rollout": _rollout, "cases": _cases, "tasks": _tasks}[args.command](args)
+    except UsageError as err:
+        print(f"evogrid: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:  # bad task names and options reported by the library
+        print(f"evogrid: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

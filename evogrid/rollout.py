@@ -1,90 +1,216 @@
-"""Rollouts as one compiled program.
+"""The one rollout path: every episode loop in evogrid is `collect`.
 
-`rollout(env, policy, rng, max_steps, params)` runs a policy in an environment
-(or a `TrainingWrapper` batch) under `lax.scan` and returns `(metrics,
-trajectories)`. When `max_steps` does not exceed the episode horizon
-(`params.max_steps`) no episode boundary is crossed, so the steps skip the
-auto-reset entirely (`step_no_reset`): under vmap the auto-reset's select would
-otherwise evaluate a reset on every step.
+`collect(env, params, policy, key, state, obs, steps)` runs a policy for `steps` steps under
+`lax.scan` and returns the stacked `Transition`s. Each transition carries the observation the
+action was chosen on, the true next observation (before any reset), and whether the episode
+ended by termination (no bootstrap) or by the time limit `params.max_steps` (truncation:
+bootstrap from `next_obs`). With `reset=True` finished episodes restart inside the loop
+(`env.auto_reset`, the same reset as `env.step` performs, with a key split off the step
+key); with `reset=False` the loop never resets, which is what fixed-horizon fitness and
+evaluation rollouts want (under vmap an auto-reset evaluates a reset on every step). A
+`fold(acc, transition) -> acc` reduces transitions on the fly (episode returns, observation
+moments) without stacking them. Unused outputs are dropped by XLA.
 
-`make_random_rollout` is the PowerZooJax "complete pattern" with uniform random actions.
+Built on it: `rollout` (episode metrics of a policy from a fresh reset: EC fitness and
+evaluation), `EpisodeStats`/`track_episodes` (running returns of a continuing batch: PPO, TD3,
+SAC), `scan_rollout` and `batch_reset`/`batch_step`/`split_key_for_envs` (the PowerZooJax
+helpers, also importable from `evogrid.utils.jax_utils`), and `make_random_rollout`.
+
+Keys: `collect` splits its key into one key k_t per step and treats k_t exactly as `env.step`
+does (split into the transition key and the reset key); the policy's key is
+`fold_in(k_t, 1)`. All splits happen before the loop (vectorised), not inside it.
 """
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
+from flax import struct
 
-from evogrid.utils.jax_utils import batch_reset, scan_rollout, split_key_for_envs
+from evogrid.utils.jax_utils import stop_obs_state_gradient
+
+POLICY_STREAM = 1  # fold_in constant that separates the policy's key from the environment's
+
+
+class Transition(NamedTuple):
+    """One step; stacked by `collect` on a leading [T] axis ([T, *B, ...] for a batch *B)."""
+
+    obs: jnp.ndarray         # [*B, obs_dim] the observation the action was chosen on
+    action: jnp.ndarray      # [*B, act_dim]
+    reward: jnp.ndarray      # [*B]
+    costs: jnp.ndarray       # [*B, C] constraint cost channels
+    next_obs: jnp.ndarray    # [*B, obs_dim] true next observation (the final one when the episode ended)
+    terminated: jnp.ndarray  # [*B] bool: the env ended the episode (do not bootstrap)
+    truncated: jnp.ndarray   # [*B] bool: the time limit ended it (bootstrap from next_obs)
+    info: Any                # the env's info pytree
+    aux: Any                 # what the policy returned beside the action (log-probs, ...)
+
+    @property
+    def done(self):
+        return self.terminated | self.truncated
+
+
+def collect(env, params, policy, key, state, obs, steps: int, *, reset: bool = True, inputs=None, fold=None, acc=None):
+    """Run `policy` in `env` (a single env or a `TrainingWrapper` batch) for `steps` steps.
+
+    policy(key, obs) -> (action, aux), or policy(key, obs, x) with `inputs` (per-step values
+    [steps, ...], e.g. pre-generated actions). Returns (state, obs, transitions, acc): the
+    carry after the last step (ready to continue), the stacked `Transition`s, and the folded
+    accumulator. With `reset=True` the carried obs and state pass `stop_gradient` (as
+    `env.step_auto_reset` does).
+    """
+    keys = jax.random.split(key, steps)
+    k_step, k_reset = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
+    k_act = jax.vmap(lambda k: jax.random.fold_in(k, POLICY_STREAM))(keys)
+
+    def body(carry, xs):
+        state, obs, acc = carry
+        ks, kr, ka, x = xs
+        action, aux = policy(ka, obs) if inputs is None else policy(ka, obs, x)
+        next_obs, next_state, reward, costs, done, info = env.step_no_reset(ks, state, action, params)
+        truncated = done & (next_state.time_step >= params.max_steps)
+        tr = Transition(obs, action, reward, costs, next_obs, done & ~truncated, truncated, info, aux)
+        if fold is not None:
+            acc = fold(acc, tr)
+        if reset:
+            next_obs, next_state = stop_obs_state_gradient(env.auto_reset(kr, next_obs, next_state, done, params))
+        return (next_state, next_obs, acc), tr
+
+    (state, obs, acc), traj = jax.lax.scan(body, (state, obs, acc), (k_step, k_reset, k_act, inputs))
+    return state, obs, traj, acc
+
+
+def deterministic(policy):
+    """Lift `policy(obs) -> action` to the `collect` signature (no key, no aux)."""
+    return lambda key, obs: (policy(obs), None)
 
 
 def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool = False, obs_moments: bool = True,
-            auto_reset: bool | None = None):
-    """Run `policy(obs) -> action` for `max_steps` steps from a fresh reset.
+            auto_reset: bool | None = None, start=None):
+    """Episode metrics of `policy(obs) -> action` over `max_steps` steps from a fresh reset.
 
+    `start`: (obs, state) to begin from instead of `env.reset(k, params)` (e.g. chosen days).
     Returns (metrics, trajectories):
       metrics: episode_return [*B] (sum of rewards up to and including the first `done`; when
         `max_steps` crosses episode boundaries, the sum over all of them), episode_cost [*B, C]
-        (summed cost channels, same span), episode_length [*B] (steps counted), and (with `obs_moments`) obs_mean / obs_var [obs_dim] over every
-        observation the policy saw.
-      trajectories: None, or with `keep_trajectory` a dict of obs, action, reward, costs, done
-        stacked on a leading [max_steps] axis.
+        (same span), episode_length [*B], and (with `obs_moments`) obs_mean / obs_var [obs_dim]
+        and obs_count over every observation the policy saw in a live episode.
+      trajectories: None, or with `keep_trajectory` a dict of obs, action, reward, costs, done [max_steps, *B, ...].
     *B is the batch shape of the env (empty for a single env, [num_envs] for a TrainingWrapper).
-    `auto_reset` forces the step kind (default: auto-reset only when `max_steps` exceeds the horizon).
+    `auto_reset` forces the step kind (default: resets only when `max_steps` exceeds the horizon).
     """
     k_reset, k_steps = jax.random.split(rng)
-    obs, state = env.reset(k_reset, params)
+    obs, state = env.reset(k_reset, params) if start is None else start
     crosses = max_steps > params.max_steps if auto_reset is None else auto_reset
-    step = env.step_auto_reset if crosses else env.step_no_reset
     obs_dim = obs.shape[-1]
+    batch = obs.shape[:-1]
 
-    def body(carry, key):
-        obs, state, alive, s1, s2, count = carry
-        action = policy(obs)
-        if obs_moments:  # observations of live episodes only
-            flat = obs.reshape(-1, obs_dim) * alive.reshape(-1, 1)
+    def fold(acc, tr: Transition):
+        alive, ret, cost, length, s1, s2, count = acc
+        if obs_moments:
+            flat = tr.obs.reshape(-1, obs_dim) * alive.reshape(-1, 1)
             s1, s2, count = s1 + flat.sum(0), s2 + (flat * flat).sum(0), count + alive.sum()
-        next_obs, state, reward, costs, done, _ = step(key, state, action, params)
-        out = (reward, costs, done, alive) + ((obs, action) if keep_trajectory else ())
-        # without resets, an episode that ends early must stop counting (a terminated gymnax
-        # env would otherwise keep stepping)
-        alive = alive if crosses else alive & ~done
-        return (next_obs, state, alive, s1, s2, count), out
+        ret = ret + jnp.where(alive, tr.reward, 0.0)
+        cost = cost + jnp.where(alive[..., None], tr.costs, 0.0)
+        length = length + alive.astype(jnp.int32)
+        # without resets an episode that ends early must stop counting (a terminated gymnax env keeps stepping)
+        alive = alive if crosses else alive & ~tr.done
+        return alive, ret, cost, length, s1, s2, count
 
+    n_costs = env.num_constraints(params)
     zeros = jnp.zeros((obs_dim,), obs.dtype)
-    alive0 = jnp.ones(obs.shape[:-1], bool)
-    carry0 = (obs, state, alive0, zeros, zeros, jnp.zeros((), obs.dtype))
-    (_, _, _, s1, s2, n), outs = jax.lax.scan(body, carry0, jax.random.split(k_steps, max_steps))
-    reward, costs, done, alive = outs[:4]
-    n = jnp.maximum(n, 1.0)
-    mean = s1 / n
-    metrics = {
-        "episode_return": jnp.where(alive, reward, 0.0).sum(0),
-        "episode_cost": jnp.where(alive[..., None], costs, 0.0).sum(0),
-        "episode_length": alive.sum(0).astype(jnp.int32),
-    }
+    acc0 = (jnp.ones(batch, bool), jnp.zeros(batch, obs.dtype), jnp.zeros(batch + (n_costs,), obs.dtype),
+            jnp.zeros(batch, jnp.int32), zeros, zeros, jnp.zeros((), obs.dtype))
+    _, _, traj, acc = collect(env, params, deterministic(policy), k_steps, state, obs, max_steps, reset=crosses,
+                              fold=fold, acc=acc0)
+    _, ret, cost, length, s1, s2, n = acc
+    metrics = {"episode_return": ret, "episode_cost": cost, "episode_length": length}
     if obs_moments:
+        n = jnp.maximum(n, 1.0)
+        mean = s1 / n
         metrics.update(obs_mean=mean, obs_var=jnp.maximum(s2 / n - mean * mean, 0.0), obs_count=n)
     trajectories = None
     if keep_trajectory:
-        trajectories = {"obs": outs[4], "action": outs[5], "reward": reward, "costs": costs, "done": done}
+        trajectories = {"obs": traj.obs, "action": traj.action, "reward": traj.reward, "costs": traj.costs, "done": traj.done}
     return metrics, trajectories
 
 
-def make_random_rollout(env, params, n_envs: int, horizon: int):
-    """Return `collect(key) -> (reward [N, T], costs [N, T, C], done [N, T], info)`, jitted.
+@struct.dataclass
+class EpisodeStats:
+    """Running episode sums of a continuing batch of N envs, and the latest finished episodes' means."""
 
-    Build it once and call it many times: params are an argument of the
-    compiled program (not baked in), so new values of the same shapes reuse it.
+    running_return: jnp.ndarray   # [N]
+    running_cost: jnp.ndarray     # [N, C]
+    last_return: jnp.ndarray      # [] mean return of the latest finished episodes
+    last_cost: jnp.ndarray        # [C] their mean summed costs per channel
+
+    @classmethod
+    def create(cls, n_envs: int, n_costs: int) -> EpisodeStats:
+        zero = jnp.zeros(())
+        return cls(jnp.zeros((n_envs,)), jnp.zeros((n_envs, n_costs)), zero, jnp.zeros((n_costs,)))
+
+
+def track_episodes(stats: EpisodeStats, tr: Transition) -> EpisodeStats:
+    """A `collect` fold: add a step to the running sums; where episodes end, record their means."""
+    ret = stats.running_return + tr.reward
+    cost = stats.running_cost + tr.costs
+    done = tr.done
+    n = done.sum()
+    any_done = n > 0
+    last_ret = jnp.where(any_done, jnp.sum(ret * done) / jnp.maximum(n, 1), stats.last_return)
+    last_cost = jnp.where(any_done, jnp.sum(cost * done[:, None], 0) / jnp.maximum(n, 1), stats.last_cost)
+    return EpisodeStats(jnp.where(done, 0.0, ret), jnp.where(done[:, None], 0.0, cost), last_ret, last_cost)
+
+
+# --- the PowerZooJax helpers (signatures and return tuples of the reference contract) ------------------
+
+def split_key_for_envs(key: jax.Array, n_envs: int) -> jax.Array:
+    """One independent key per environment: [n_envs] keys."""
+    return jax.random.split(key, n_envs)
+
+
+def batch_reset(env, keys, params):
+    """`jax.vmap(env.reset, in_axes=(0, None))`: keys batched, params broadcast. Returns (obs, states)."""
+    return jax.vmap(env.reset, in_axes=(0, None))(keys, params)
+
+
+def batch_step(env, keys, states, actions, params):
+    """Step a batch with auto-reset (`env.step_auto_reset`); params broadcast.
+
+    Returns (obs, states, rewards, costs, dones, infos), each with a leading [n_envs] axis.
     """
+    return jax.vmap(env.step_auto_reset, in_axes=(0, 0, 0, None))(keys, states, actions, params)
+
+
+def scan_rollout(env, key, init_state, params, actions):
+    """Fixed-length auto-reset rollout of one env with pre-generated actions [T, *action_shape].
+
+    Step t uses the t-th key of `jax.random.split(key, T)` exactly as `env.step_auto_reset` would.
+    Returns (final_state, obs_traj, reward_traj, cost_traj, done_traj, info_traj), stacked on T;
+    obs_traj[t] is the observation after step t (already the next episode's after a `done`).
+    """
+    obs_shape = jax.eval_shape(lambda: env.step_no_reset(key, init_state, actions[0], params)[0])
+    obs0 = jnp.zeros(obs_shape.shape, obs_shape.dtype)  # never read: the policy replays `actions`
+    final_state, final_obs, tr, _ = collect(env, params, lambda k, o, a: (a, None), key, init_state, obs0,
+                                            actions.shape[0], inputs=actions)
+    obs = jnp.concatenate([tr.obs[1:], final_obs[None]])
+    return final_state, obs, tr.reward, tr.costs, tr.done, tr.info
+
+
+def make_random_rollout(env, params, n_envs: int, horizon: int):
+    """Return `collect(key) -> (reward [N, T], costs [N, T, C], done [N, T], info)` with uniform random
+    actions, jitted (the PowerZooJax "complete pattern"). Build it once and call it many times: params
+    are an argument of the compiled program (not baked in), so new values of the same shapes reuse it."""
     n_act = env.action_space(params).shape
 
     @jax.jit
-    def collect(key, params):
+    def run(key, params):
         k_reset, k_act, k_roll = jax.random.split(key, 3)
         _, states = batch_reset(env, split_key_for_envs(k_reset, n_envs), params)
         actions = jax.random.uniform(k_act, (n_envs, horizon, *n_act), minval=-1.0, maxval=1.0)
-        run = lambda s, k, a: scan_rollout(env, k, s, params, a)  # noqa: E731
-        _, _, reward, costs, done, info = jax.vmap(run)(states, split_key_for_envs(k_roll, n_envs), actions)
+        one = lambda s, k, a: scan_rollout(env, k, s, params, a)  # noqa: E731
+        _, _, reward, costs, done, info = jax.vmap(one)(states, split_key_for_envs(k_roll, n_envs), actions)
         return reward, costs, done, info
 
-    return lambda key, p=params: collect(key, p)
+    return lambda key, p=params: run(key, p)

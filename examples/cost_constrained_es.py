@@ -1,8 +1,9 @@
 """Subclass ECWorkflow to change one hook: a cost-constrained fitness.
 
-Plain ECWorkflow maximises return - lambda * costs with a fixed lambda. Here
-any individual whose summed constraint costs exceed a budget ranks below every
-feasible one (a "death penalty" ordering), which CMDP-minded users often prefer.
+Plain ECWorkflow maximises the return penalised by the constraint mechanism
+(evogrid.constraints: an adaptive Lagrangian, a fixed penalty, or none). Here any
+individual whose summed constraint costs exceed a budget ranks below every feasible
+one at once (a "death penalty" ordering), which some CMDP users prefer.
 
     .venv/bin/python examples/cost_constrained_es.py
 """
@@ -14,7 +15,7 @@ from evogrid.workflows import ECConfig, ECWorkflow
 class BudgetedES(ECWorkflow):
     budget = 0.05  # p.u. of summed violations per episode
 
-    def fitness(self, returns, costs):
+    def fitness(self, returns, costs, lagrangian):
         total = costs.sum(-1)
         feasible = total <= self.budget
         # infeasible members: below the worst feasible return, ordered by how far they overshoot

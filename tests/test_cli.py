@@ -21,13 +21,13 @@ def _cli(*args, **kw):
 
 def _restore(run: Path):
     from evogrid.utils.checkpoint import Checkpointer
-    from evogrid.workflows import ECConfig, ECWorkflow
+    from evogrid.workflows import build
 
-    config = ECConfig.from_dict(json.loads((run / "config.json").read_text()))
-    wf = ECWorkflow(config)
+    config, wf = build(json.loads((run / "config.json").read_text()))
     return Checkpointer(run / "checkpoints", config.to_dict()).restore_latest(wf.init())
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_bit_identically(tmp_path):
     full = _cli("train", *ARGS, "--generations", str(TOTAL), "--out", str(tmp_path / "full"))
     assert full.returncode == 0, full.stderr
@@ -53,16 +53,20 @@ def test_killed_run_resumes_bit_identically(tmp_path):
         np.testing.assert_array_equal(a, b)
     # eval replays the best policy of the run
     ev = _cli("eval", str(killed))
-    assert ev.returncode == 0 and "best policy over 16 fresh episodes: return" in ev.stdout and "cost 'balance'" in ev.stdout
+    assert ev.returncode == 0 and "evaluation of the best policy" in ev.stdout and "cost_channels:balance" in ev.stdout
     assert (killed / "learning_curve.png").stat().st_size > 1000 and (killed / "metrics.csv").exists()
     assert list((killed / "tb").glob("events.out.tfevents.*"))  # TensorBoard scalars
 
 
 @pytest.mark.parametrize("args, message", [
-    (["train", "--algorithm", "OpenES"], "invalid choice: 'OpenES'"),
+    (["train", "--algorithm", "OpenEZ"], "unknown algorithm 'OpenEZ'; did you mean Open_ES?"),
+    (["train", "--algorithm", "ppo", "--pop", "8"], "--pop does not apply to ppo (it is an option of Open_ES"),
+    (["train", "--sigma", "nan"], "sigma must be a finite number, got nan"),
+    (["train", "--hidden", "0"], "hidden must be in [1, inf], got 0"),
     (["train", "--task", "tso-case6"], "unknown task 'tso-case6'"),
     (["train", "--generations", "0"], "must be positive"),
     (["eval", "/nonexistent"], "not a run directory"),
+    (["config", "--algorithm", "sacc"], "did you mean sac?"),
 ])
 def test_cli_errors_name_the_problem(args, message):
     out = _cli(*args)
@@ -76,6 +80,7 @@ def test_config_file_typos_are_named(tmp_path):
     assert out.returncode == 2 and "unknown config key(s) popsize; valid keys:" in out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["tso-case5", "dso-case33bw", "dcmg", "gymnax:CartPole-v1"])
 def test_rollout_command_prints_the_table(task):
     out = _cli("rollout", "--task", task, "--envs", "4", "--steps", "4")
@@ -84,6 +89,7 @@ def test_rollout_command_prints_the_table(task):
     assert ("cost '" in out.stdout) == (not task.startswith("gymnax"))  # gymnax tasks have no cost channels
 
 
+@pytest.mark.slow
 def test_rl_algorithms_train_resume_and_eval_from_the_command_line(tmp_path):
     """`evogrid train --algorithm td3` writes metrics and a curve, continues with --resume, and `eval` reads it."""
     args = ["train", "--algorithm", "td3", "--task", "tso-case5", "--envs", "4", "--hidden", "16", "--checkpoint-every", "2",
@@ -91,12 +97,34 @@ def test_rl_algorithms_train_resume_and_eval_from_the_command_line(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"rollout_len": 12, "buffer_size": 500, "warmup_steps": 48, "updates_per_iter": 4}))
     first = _cli(*args, "--generations", "2")
     assert first.returncode == 0, first.stderr
-    assert "training episode return" in first.stdout and (tmp_path / "run" / "learning_curve.png").exists()
+    assert "evaluation of the best policy" in first.stdout and (tmp_path / "run" / "learning_curve.png").exists()
     more = _cli(*args, "--generations", "4", "--resume")
-    assert more.returncode == 0 and "resumed from generation 2" in more.stderr, more.stderr
+    assert more.returncode == 0 and "resumed from iteration 2" in more.stderr, more.stderr
     rows = [json.loads(r) for r in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["generation"] for r in rows] == [1, 2, 3, 4] and "critic_loss" in rows[-1]
     ev = _cli("eval", str(tmp_path / "run"))
-    assert ev.returncode == 0 and "checkpoint of generation 4" in ev.stdout, ev.stderr
-    bad = _cli("train", "--algorithm", "ppo", "--pop", "8", "--generations", "1")
-    assert bad.returncode == 2 and "pop_size do not apply to ppo" in bad.stderr
+    assert ev.returncode == 0 and "checkpoint of iteration 4" in ev.stdout, ev.stderr
+
+
+def test_config_listing_comes_from_the_config_classes():
+    from evogrid.workflows import PPOConfig
+
+    out = _cli("config", "--algorithm", "ppo")
+    assert out.returncode == 0, out.stderr
+    for name, _, default, help_text in PPOConfig.describe():
+        line = next(r for r in out.stdout.splitlines() if r.split()[:1] == [name])
+        assert help_text in line
+    helped = _cli("train", "--algorithm", "ppo", "--help")
+    assert "--clip-eps" in helped.stdout and "(default: 0.2)" in helped.stdout and "--pop" not in helped.stdout
+
+
+@pytest.mark.slow
+def test_coevolution_from_the_command_line(tmp_path):
+    """`evogrid train --task gencos-case5 --algorithm coevo` trains, resumes and evaluates."""
+    args = ["train", "--task", "gencos-case5", "--algorithm", "coevo", "--pop", "4", "--episodes", "1",
+            "--checkpoint-every", "1", "--out", str(tmp_path / "run")]
+    assert _cli(*args, "--generations", "1").returncode == 0
+    more = _cli(*args, "--generations", "2", "--resume")
+    assert more.returncode == 0 and "resumed from generation 1" in more.stderr, more.stderr
+    ev = _cli("eval", str(tmp_path / "run"))
+    assert ev.returncode == 0 and "markup_pct" in ev.stdout and "profits:genco_4" in ev.stdout, ev.stdout + ev.stderr

@@ -1,27 +1,35 @@
-"""Co-evolution of market agents: seeded smoke test that profits and prices move the expected way."""
+"""Co-evolution of market agents: companies learn mark-ups against each other (seeded)."""
 import jax
 import numpy as np
+import pytest
 
 from evogrid.envs import make
-from evogrid.workflows.coevo import CoevoConfig, CoevolutionWorkflow
+from evogrid.workflows import CoevoConfig, CoevolutionWorkflow
 
 
-def test_coevolved_markups_raise_prices_and_profits_above_the_start():
-    """Companies start near a 50% mark-up; each learns against the others. Prices stay above the
-    competitive (zero mark-up) level, and the summed profit rises over 30 generations (seed 0)."""
+@pytest.mark.slow
+def test_coevolved_markups_raise_the_price_above_the_first_generation():
+    """Companies start near a 50% mark-up. After 30 generations (seed 0) the mean price their strategies
+    clear at is above the first generation's by a clear margin, the summed profit rose, and the companies
+    went different ways (one strategy state per company)."""
     env, params = make("gencos-case5", clearing="merit", max_steps=24, delta_t_hours=1.0, n_days=4)
     wf = CoevolutionWorkflow(CoevoConfig(pop_size=16, episodes=1), env, params)
     state = wf.init()
+    start = wf.evaluate(state)
     state, first = wf.step(state)
     compiled = wf.step._cache_size()
     for _ in range(29):
         state, metrics = wf.step(state)
     assert wf.step._cache_size() == compiled  # one compiled generation, reused
-    competitive = float(wf.competitive_price())
     final = wf.evaluate(state)
-    assert float(final["price"]) > competitive + 5.0
-    assert float(np.sum(final["profits"])) * float(params.reward_scale) / params.max_steps > 0
+    gain = float(final["price"]) - float(start["price"])
+    print("price", float(start["price"]), "->", float(final["price"]), "competitive", float(final["competitive_price"]))
+    assert gain > 2.0, gain
     assert float(np.sum(metrics["profit_mean"])) > float(np.sum(first["profit_mean"]))
-    # each company moved its own way: mark-ups are not all equal any more
     assert np.ptp(np.asarray(final["markup"])) > 0.3
-    assert jax.tree_util.tree_leaves(state.es_state)[0].shape[0] == 5  # one strategy state per company
+    assert jax.tree_util.tree_leaves(state.es_state)[0].shape[0] == 5
+
+
+def test_coevolution_refuses_a_task_without_companies():
+    with pytest.raises(ValueError, match="co-evolution needs a market task"):
+        CoevolutionWorkflow(CoevoConfig(task="tso-case5"))

@@ -61,9 +61,9 @@ def test_solved_feeder_matches_pandapower_with_all_resources(params64):
     """Evening (t=36) with batteries, PV (curtailment, vars) and load shifting: |V| equals pandapower's to 1e-6 p.u.;
     the substation import balances load + losses - PV - batteries."""
     import pandapower as pp
+    from conftest import ppc_of
     from pandapower.converter.pypower import from_ppc
 
-    from conftest import ppc_of
     from evogrid.case import load_case
 
     with jax.enable_x64(True):

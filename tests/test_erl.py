@@ -1,28 +1,29 @@
 """ERL hybrids: injection replaces the worst member; ERL and CEM-RL improve on tso-case5 (seeded);
 one compiled generation."""
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from evogrid.workflows.erl import ERLConfig, ERLWorkflow, inject
+from evogrid.algorithms import GAState, inject
+from evogrid.workflows import ERLConfig, ERLWorkflow
 
 
 def test_injection_replaces_the_worst_member():
     pop = jnp.arange(12.0).reshape(4, 3)
     fit = jnp.array([3.0, -2.0, 5.0, 0.0])
-    new_pop, new_fit = inject(pop, fit, jnp.full(3, 99.0), 7.0)
-    np.testing.assert_array_equal(np.asarray(new_pop[1]), [99.0, 99.0, 99.0])
-    np.testing.assert_array_equal(np.asarray(new_fit), [3.0, 7.0, 5.0, 0.0])
-    np.testing.assert_array_equal(np.asarray(new_pop)[[0, 2, 3]], np.asarray(pop)[[0, 2, 3]])
+    new = inject(GAState(pop, fit), jnp.full(3, 99.0), 7.0)
+    np.testing.assert_array_equal(np.asarray(new.population[1]), [99.0, 99.0, 99.0])
+    np.testing.assert_array_equal(np.asarray(new.fitness), [3.0, 7.0, 5.0, 0.0])
+    np.testing.assert_array_equal(np.asarray(new.population)[[0, 2, 3]], np.asarray(pop)[[0, 2, 3]])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["erl", "cemrl"])
 def test_hybrid_improves_on_tso_case5(algorithm):
     """Seed 0, 15 generations of 8 actors (+ the learner): the evaluated policy's return gains >= 15%
     of its initial magnitude; the generation compiles once; ERL injected the learner 3 times."""
     cfg = ERLConfig(task="tso-case5", algorithm=algorithm, pop_size=8, hidden=(32, 32), buffer_size=20_000,
-                    warmup_steps=1_000, updates_per_gen=48, batch_size=128, actor_steps=16)
+                    warmup_steps=1_000, updates_per_iter=48, batch_size=128, actor_steps=16)
     wf = ERLWorkflow(cfg)
     state = wf.init()
     before = float(wf.evaluate(state)["return"])
@@ -40,5 +41,7 @@ def test_hybrid_improves_on_tso_case5(algorithm):
 
 
 def test_bad_erl_config():
-    with pytest.raises(ValueError, match="unknown ERL algorithm"):
+    with pytest.raises(ValueError, match="algorithm must be one of erl, cemrl"):
         ERLConfig(algorithm="pbt")
+    with pytest.raises(ValueError, match=r"elite must be in \[0, pop_size - 1\]"):
+        ERLConfig(pop_size=4, elite=4)

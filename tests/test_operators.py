@@ -5,23 +5,28 @@ import numpy as np
 import pytest
 
 from evogrid.operators import (
-    MLPMutation, centered_ranks, elite_indices, one_point_crossover, tournament_selection, truncation_selection,
+    GaussianMutation,
+    centered_ranks,
+    elite_indices,
+    one_point_crossover,
+    tournament_selection,
+    truncation_selection,
     uniform_crossover,
 )
 
 
 def test_mutation_rate_and_scale():
     pop = {"w": jnp.zeros((64, 50, 20)), "b": jnp.zeros((64, 20))}
-    out = MLPMutation(rate=0.25, scale=0.1).mutate_population(jax.random.key(0), pop)
+    out = GaussianMutation(rate=0.25, scale=0.1).mutate_population(jax.random.key(0), pop)
     w = np.asarray(out["w"])
     changed = w != 0
     assert abs(changed.mean() - 0.25) < 0.01                     # 64,000 draws: 4 sigma ~ 0.007
     assert abs(w[changed].std() - 0.1) < 0.005                   # N(0, 0.1^2) on the mutated entries
     assert not np.array_equal(w[0], w[1])                        # one key per individual
-    none = MLPMutation(rate=0.0, scale=0.1).mutate_population(jax.random.key(0), pop)
+    none = GaussianMutation(rate=0.0, scale=0.1).mutate_population(jax.random.key(0), pop)
     assert not np.any(np.asarray(none["w"]))
     with pytest.raises(ValueError, match="rate <= 1"):
-        MLPMutation(rate=1.5)
+        GaussianMutation(rate=1.5)
 
 
 def test_uniform_crossover_takes_each_gene_from_one_parent():

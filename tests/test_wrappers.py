@@ -54,26 +54,6 @@ def test_log_wrapper_reports_finished_episode_returns():
     assert int(final.episode_length) == 0  # reset after the second episode
 
 
-def test_safe_rl_wrapper_penalises_and_tracks_the_budget():
-    from evogrid.envs.wrappers import SafeRLWrapper, update_multiplier
-
-    env = SafeRLWrapper(ENV)
-    lam = jnp.array([2.0, 1.0, 0.5])
-    params = env.make_params(PARAMS, budget=0.1, multiplier=lam)
-    obs, state = env.reset(jax.random.key(4), params)
-    acts = jnp.tile(jnp.array([-1.0, -1.0, -1.0, 1.0, 1.0]), (6, 1))  # a dispatch that strains the slack
-    _, _, rew, costs, done, info = jax.jit(lambda k, s: scan_rollout(env, k, s, params, acts))(jax.random.key(5), state)
-    np.testing.assert_allclose(rew, info["reward_raw"] - np.asarray(costs) @ np.asarray(lam), rtol=1e-5, atol=1e-5)
-    total = np.asarray(costs).sum(0)
-    assert total.sum() > 0 and bool(done[-1])
-    np.testing.assert_allclose(info["episode_cost"][-1], total, rtol=1e-5)
-    np.testing.assert_allclose(info["budget_excess"][-1], np.maximum(total - 0.1, 0), rtol=1e-5)
-    # dual ascent: lambda grows on violated channels and is projected at 0
-    new = np.asarray(update_multiplier(lam, jnp.asarray(total)[None], params.budget, lr=0.5))
-    np.testing.assert_allclose(new, np.maximum(np.asarray(lam) + 0.5 * (total - 0.1), 0.0), rtol=1e-6)
-    assert env.constraint_names(params) == ENV.constraint_names(PARAMS)
-
-
 def test_reward_wrapper_scale_shaping_and_normalisation_across_episodes():
     from evogrid.envs.wrappers import RewardWrapper
 

@@ -21,7 +21,6 @@ Cost channels: `sla` (late work, MW-steps), `temperature` (degC above t_limit), 
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct

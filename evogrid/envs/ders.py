@@ -19,7 +19,6 @@ Exported energy (negative import) earns the same price. Cost channels:
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct

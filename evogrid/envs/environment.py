@@ -43,16 +43,17 @@ class Environment:
     def step_with_reset_key(self, key_step: jax.Array, key_reset: jax.Array, state, action, params):
         """`step` with its key already split: `step(key, ...) == step_with_reset_key(*jax.random.split(key), ...)`.
 
-        `scan_rollout` splits all T step keys at once before its loop and calls
-        this, so the per-step split (a threefry hash, a rolled loop on CPU) is
-        vectorised instead of paid inside every iteration; results are identical.
+        It is `step_no_reset` followed by `auto_reset`; `evogrid.rollout.collect` makes the
+        same two calls with all keys split before its loop.
         """
-        action = self._check_action(action, params)
-        obs_st, state_st, reward, costs, done, info = self.step_env(key_step, state, action, params)
-        obs_re, state_re = self.reset_env(key_reset, params)
-        state = tree_where(done, self.carry_over(state_re, state_st), state_st)
-        obs = jnp.where(done, obs_re, obs_st)
+        obs, state, reward, costs, done, info = self.step_no_reset(key_step, state, action, params)
+        obs, state = self.auto_reset(key_reset, obs, state, done, params)
         return obs, state, reward, costs, done, info
+
+    def auto_reset(self, key: jax.Array, obs, state, done, params):
+        """Where `done`, replace (obs, state) by a fresh episode's, reset with `key` (what survives: `carry_over`)."""
+        obs_re, state_re = self.reset_env(key, params)
+        return jnp.where(done, obs_re, obs), tree_where(done, self.carry_over(state_re, state), state)
 
     def carry_over(self, reset_state, stepped_state):
         """What survives an auto-reset: by default nothing (the fresh episode's state).

@@ -37,12 +37,22 @@ from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, QG, RAMP_30, VMAX, VMI
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
 from evogrid.envs.profiles import daily_load_profiles, time_features
 from evogrid.envs.spaces import Box
-from evogrid.utils.jax_utils import uniform_index
 from evogrid.physics import (
-    ACNetwork, DCNetwork, GenCost, branch_flows, bus_injections, dc_line_flows, generation_cost, jacobian,
-    make_ac_network, make_dc_network, make_gen_cost, newton_raphson,
+    ACNetwork,
+    DCNetwork,
+    GenCost,
+    branch_flows,
+    bus_injections,
+    dc_line_flows,
+    generation_cost,
+    jacobian,
+    make_ac_network,
+    make_dc_network,
+    make_gen_cost,
+    newton_raphson,
 )
 from evogrid.physics._common import as_float
+from evogrid.utils.jax_utils import uniform_index
 
 
 @struct.dataclass
@@ -156,7 +166,6 @@ class TransGridEnv(Environment):
 
 def _solve(pg, load_p, load_q, state, params: TransParams):
     """Power flow for a dispatch whose slack entry is to be determined. Returns (pg, flow, vm, va, extra)."""
-    n_bus = load_p.shape[0]
     others = pg * (1.0 - params.slack)
     gen_p = others @ params.gen_incidence
     if not params.ac:

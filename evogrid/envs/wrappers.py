@@ -5,8 +5,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from evogrid.constraints import ConstraintConfig, Lagrangian
 from evogrid.envs.environment import Environment, EnvParams
-from evogrid.utils.jax_utils import stop_obs_state_gradient
 
 
 class _ForwardSpaces:
@@ -28,12 +28,13 @@ class _ForwardSpaces:
         return len(self.constraint_names(params))
 
 
-class TrainingWrapper(_ForwardSpaces):
+class TrainingWrapper(_ForwardSpaces, Environment):
     """A batch of `num_envs` copies of `env`: `reset`/`step` take one key and batched states/actions.
 
-    `vmap_step=True` vectorises the per-env step with `jax.vmap` (one fused
-    program); `vmap_step=False` runs it with `jax.lax.map` (one env at a time,
-    lower peak memory). Both give the same results. Spaces are the single env's.
+    `vmap_step=True` vectorises the per-env calls with `jax.vmap` (one fused program);
+    `vmap_step=False` runs them with `jax.lax.map` (one env at a time, lower peak memory).
+    Both give the same results. Spaces are the single env's. The step key is split into
+    one key per env, and so is the reset key.
     """
 
     def __init__(self, env, num_envs: int, vmap_step: bool = True):
@@ -51,15 +52,13 @@ class TrainingWrapper(_ForwardSpaces):
         """-> (obs [N, ...], state [N, ...])"""
         return self._batched(self.env.reset, key, params=params)
 
-    def step(self, key, state, action, params):
-        """Batched `env.step` (auto-reset per env). action: [N, *action_shape]."""
-        return self._batched(self.env.step, key, state, action, params=params)
-
-    def step_auto_reset(self, key, state, action, params):
-        return stop_obs_state_gradient(self.step(key, state, action, params))
-
     def step_no_reset(self, key, state, action, params):
+        """Batched `env.step_no_reset`. action: [N, *action_shape]."""
         return self._batched(self.env.step_no_reset, key, state, action, params=params)
+
+    def auto_reset(self, key, obs, state, done, params):
+        return self._batched(lambda k, o, s, d, p: self.env.auto_reset(k, o, s, d, p), key, obs, state, done,
+                             params=params)
 
 
 @struct.dataclass
@@ -99,8 +98,7 @@ class WrappedParams(EnvParams):
     """Params of a wrapper: the inner env's params plus the wrapper's own leaves."""
 
     inner: object = None
-    budget: jnp.ndarray = None       # SafeRLWrapper: [C] per-episode cost budget
-    multiplier: jnp.ndarray = None   # SafeRLWrapper: [C] Lagrange multipliers (>= 0)
+    lagrangian: Lagrangian = None    # SafeRLWrapper: the cost weights (see evogrid.constraints)
     scale: jnp.ndarray = None        # RewardWrapper: reward scale
 
 
@@ -112,46 +110,35 @@ class SafeState:
 
 
 class SafeRLWrapper(_ForwardSpaces, Environment):
-    """Lagrangian-penalised reward for constrained RL/ES: reward - multiplier . costs.
+    """Penalised reward for constrained RL/ES: reward - w . costs, with w from a `Lagrangian`.
 
-    The budget and the multipliers are params leaves (`make_params`), so a
-    training loop updates them by dual ascent (`update_multiplier`) without
-    recompiling. `costs` pass through unchanged; `info` adds the raw reward,
-    the running episode cost, and on the final step `episode_cost` and
-    `budget_excess` (episode cost above budget, per channel).
+    The `Lagrangian` (evogrid.constraints, the mechanism every workflow uses) is a params
+    leaf, so a training loop updates it between calls (`lagrangian.update(...)`) without
+    recompiling. `costs` pass through unchanged; `info` adds the raw reward, the running
+    episode cost, and on the final step `episode_cost`.
     """
 
     def __init__(self, env: Environment):
         self.env = env
 
-    def make_params(self, inner_params, budget, multiplier=0.0) -> WrappedParams:
-        n = self.env.num_constraints(inner_params)
-        budget = jnp.broadcast_to(jnp.asarray(budget, jnp.zeros(()).dtype), (n,))
-        multiplier = jnp.broadcast_to(jnp.asarray(multiplier, jnp.zeros(()).dtype), (n,))
+    def make_params(self, inner_params, config: ConstraintConfig = ConstraintConfig(), lagrangian=None) -> WrappedParams:
+        lagrangian = lagrangian or Lagrangian.create(self.env.num_constraints(inner_params), config)
         return WrappedParams(max_steps=inner_params.max_steps, delta_t_hours=inner_params.delta_t_hours,
-                             inner=inner_params, budget=budget, multiplier=multiplier)
+                             inner=inner_params, lagrangian=lagrangian)
 
     def reset_env(self, key, params: WrappedParams):
         obs, state = self.env.reset_env(key, params.inner)
-        return obs, SafeState(state, jnp.zeros_like(params.budget), state.time_step)
+        return obs, SafeState(state, jnp.zeros_like(params.lagrangian.multiplier), state.time_step)
 
     def step_env(self, key, state: SafeState, action, params: WrappedParams):
         obs, inner, reward, costs, done, info = self.env.step_env(key, state.env_state, action, params.inner)
         episode_cost = state.episode_cost + costs
-        penalised = reward - jnp.dot(params.multiplier, costs)
         info = dict(info, reward_raw=reward, running_episode_cost=episode_cost,
-                    episode_cost=jnp.where(done, episode_cost, 0.0),
-                    budget_excess=jnp.where(done, jnp.maximum(episode_cost - params.budget, 0.0), 0.0))
-        return obs, SafeState(inner, episode_cost, inner.time_step), penalised, costs, done, info
+                    episode_cost=jnp.where(done, episode_cost, 0.0))
+        return obs, SafeState(inner, episode_cost, inner.time_step), params.lagrangian.penalise(reward, costs), costs, done, info
 
     def _inner_params(self, params):
         return params.inner
-
-
-def update_multiplier(multiplier, episode_cost, budget, lr: float):
-    """One projected dual-ascent step: max(0, lambda + lr * (mean episode cost - budget)), per channel."""
-    mean_cost = episode_cost.reshape(-1, multiplier.shape[-1]).mean(0)
-    return jnp.maximum(multiplier + lr * (mean_cost - budget), 0.0)
 
 
 @struct.dataclass

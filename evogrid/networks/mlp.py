@@ -50,6 +50,22 @@ def make_vmap_mlp(obs_dim: int, out_dim: int, hidden: Sequence[int] = (32, 32), 
     return model, init_population, apply_population
 
 
+class MLPEnsemble:
+    """`n` independent MLPs with one output each, applied to the same input (twin critics, a value net).
+
+    `init(key, x) -> params` with leaves [n, ...]; `apply(params, x [..., in]) -> [n, ...]`.
+    """
+
+    def __init__(self, hidden: Sequence[int], n: int, activation: str = "relu"):
+        self.net, self.n = MLP(tuple(hidden), 1, activation, squash=False), n
+
+    def init(self, key, x):
+        return jax.vmap(lambda k: self.net.init(k, x))(jax.random.split(key, self.n))
+
+    def apply(self, params, x):
+        return jax.vmap(lambda p: self.net.apply(p, x)[..., 0])(params)
+
+
 @struct.dataclass
 class RunningNorm:
     """Running mean/variance of observations (Chan et al. parallel update); part of a workflow's state."""

@@ -1,4 +1,4 @@
-"""Gaussian mutation of MLP parameters."""
+"""Gaussian mutation of a parameter pytree (any shapes; vmap over a population)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 
 @dataclasses.dataclass(frozen=True)
-class MLPMutation:
+class GaussianMutation:
     """Each parameter is perturbed with probability `rate` by N(0, scale^2) noise.
 
     `mutate(key, params)` acts on one individual; `mutate_population(key, pop)`
@@ -20,7 +20,7 @@ class MLPMutation:
 
     def __post_init__(self):
         if not 0.0 <= self.rate <= 1.0 or self.scale < 0:
-            raise ValueError(f"MLPMutation needs 0 <= rate <= 1 and scale >= 0, got rate={self.rate}, scale={self.scale}")
+            raise ValueError(f"GaussianMutation needs 0 <= rate <= 1 and scale >= 0, got rate={self.rate}, scale={self.scale}")
 
     def mutate(self, key, params):
         leaves, treedef = jax.tree_util.tree_flatten(params)

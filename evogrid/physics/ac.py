@@ -15,7 +15,7 @@ import numpy as np
 from flax import struct
 
 from evogrid.case.matpower import BUS_TYPE, PV, REF, VA, VG, VM, Case
-from evogrid.physics._common import as_float, branch_admittances, complex_dtype
+from evogrid.physics._common import branch_admittances, complex_dtype
 
 
 @struct.dataclass

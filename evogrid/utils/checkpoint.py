@@ -45,10 +45,11 @@ class Checkpointer:
         self.manager.reload()
         return sorted(self.manager.all_steps())
 
-    def restore_latest(self, template):
+    def restore_latest(self, template, log=None):
         """(step, state) from the newest restorable checkpoint, or None when there is none.
 
-        Newer steps that fail to restore (a damaged or partial write) are removed.
+        Newer steps that fail to restore (a damaged or partial write) are removed, and `log`
+        (if given) is told in one line which step was damaged and which one is used.
 
         Raises CheckpointError when the checkpoints were written under another config,
         or when steps exist but none of them restores.
@@ -76,8 +77,10 @@ class Checkpointer:
             except Exception as err:
                 errors.append(f"step {step}: {type(err).__name__}: {err}")
                 continue
-            for damaged in (s for s in steps if s > step):  # unreadable newer steps would block re-saving them
-                logging.getLogger(__name__).warning("removing unreadable checkpoint step %d", damaged)
-                self.manager.delete(damaged)
+            damaged = [s for s in steps if s > step]
+            for s in damaged:  # unreadable newer steps would block re-saving them
+                self.manager.delete(s)
+            if damaged and log is not None:
+                log(f"checkpoint step(s) {', '.join(map(str, damaged))} damaged (removed); resuming from step {step}")
             return step, state
         raise CheckpointError(f"no checkpoint in {self.directory} could be restored:\n  " + "\n  ".join(errors))

@@ -1,8 +1,8 @@
-"""JAX helpers: the EvoRL-style jit boundary and the PowerZooJax batch/scan helpers.
+"""JAX helpers: the EvoRL-style jit boundary (`jit_method`, `rng_split`, `tree_stop_gradient`) and tree utilities.
 
-`batch_reset`, `batch_step`, `scan_rollout` and `split_key_for_envs` keep the
-signatures and return tuples of the PowerZooJax parallelization contract
-(shared/reference/powerzoojax-jax-parallelization.txt).
+The PowerZooJax batch helpers `split_key_for_envs`, `batch_reset`, `batch_step` and
+`scan_rollout` live in `evogrid.rollout` (the one rollout path) and are importable from here
+too, with the signatures and return tuples of the PowerZooJax parallelization contract.
 """
 from __future__ import annotations
 
@@ -52,44 +52,6 @@ def tree_stop_gradient(tree):
     return jax.tree_util.tree_map(jax.lax.stop_gradient, tree)
 
 
-def split_key_for_envs(key: jax.Array, n_envs: int) -> jax.Array:
-    """One independent key per environment: [n_envs] keys."""
-    return jax.random.split(key, n_envs)
-
-
-def batch_reset(env, keys, params):
-    """`jax.vmap(env.reset, in_axes=(0, None))`: keys batched, params broadcast. Returns (obs, states)."""
-    return jax.vmap(env.reset, in_axes=(0, None))(keys, params)
-
-
-def batch_step(env, keys, states, actions, params):
-    """Step a batch with auto-reset (`env.step_auto_reset`); params broadcast.
-
-    Returns (obs, states, rewards, costs, dones, infos), each with a leading [n_envs] axis.
-    """
-    return jax.vmap(env.step_auto_reset, in_axes=(0, 0, 0, None))(keys, states, actions, params)
-
-
-def scan_rollout(env, key, init_state, params, actions):
-    """Fixed-length rollout of one env under `lax.scan` with pre-generated actions.
-
-    actions: [T, *action_shape]. The key is split into T step keys before the scan.
-    Returns (final_state, obs_traj, reward_traj, cost_traj, done_traj, info_traj), stacked on T.
-    """
-    keys = jax.random.split(key, actions.shape[0])
-    # the split each `step` would make, done for all T steps before the loop (identical keys)
-    step_keys, reset_keys = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
-
-    def body(state, xs):
-        k_step, k_reset, a = xs
-        transition = env.step_with_reset_key(k_step, k_reset, state, a, params)
-        obs, state, reward, costs, done, info = stop_obs_state_gradient(transition)
-        return state, (obs, reward, costs, done, info)
-
-    final_state, (obs, rewards, costs, dones, infos) = jax.lax.scan(body, init_state, (step_keys, reset_keys, actions))
-    return final_state, obs, rewards, costs, dones, infos
-
-
 def stop_obs_state_gradient(transition):
     """Apply `stop_gradient` to the obs and state of a `step` result tuple (what `step_auto_reset` adds)."""
     obs, state, *rest = transition
@@ -107,3 +69,14 @@ def strong_types(tree, like=None):
 def tree_where(cond, on_true, on_false):
     """Leaf-wise `jnp.where(cond, a, b)` over two pytrees of the same structure (cond is a scalar)."""
     return jax.tree_util.tree_map(lambda a, b: jnp.where(cond, a, b), on_true, on_false)
+
+
+_ROLLOUT_HELPERS = ("split_key_for_envs", "batch_reset", "batch_step", "scan_rollout")
+
+
+def __getattr__(name):  # the PowerZooJax import path, resolved lazily (evogrid.rollout imports this module)
+    if name in _ROLLOUT_HELPERS:
+        from evogrid import rollout
+
+        return getattr(rollout, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,19 @@
-"""Workflows: `Workflow` base, `ECWorkflow` (evosax strategies and a native GA), `RLWorkflow` (PPO, TD3), `ERLWorkflow` (ERL, CEM-RL)."""
-from evogrid.workflows.base import Workflow
+"""Workflows compose algorithms into runs: `ECWorkflow` (evosax strategies, native GA), `RLWorkflow` (PPO,
+TD3, SAC), `ERLWorkflow` (ERL, CEM-RL), `CoevolutionWorkflow` (market co-evolution), and the registry
+(`build`, `config_class`, `algorithms`) that maps algorithm names to (config, workflow)."""
+from evogrid.workflows.base import EVAL_SEED, Workflow
+from evogrid.workflows.coevo import CoevoConfig, CoevolutionWorkflow
 from evogrid.workflows.ec import ALGORITHMS, ECConfig, ECState, ECWorkflow
 from evogrid.workflows.erl import ERL_ALGORITHMS, ERLConfig, ERLState, ERLWorkflow
-from evogrid.workflows.rl import RL_ALGORITHMS, RLConfig, RLState, RLWorkflow
+from evogrid.workflows.registry import algorithms, build, config_class, register
+from evogrid.workflows.rl import RLConfig, RLState, RLWorkflow, rl_config
 
-__all__ = ["ERL_ALGORITHMS", "ERLConfig", "ERLState", "ERLWorkflow", "ALGORITHMS", "ECConfig", "ECState", "ECWorkflow", "RL_ALGORITHMS", "RLConfig", "RLState", "RLWorkflow", "Workflow"]
+PPOConfig = config_class("ppo")
+TD3Config = config_class("td3")
+SACConfig = config_class("sac")
+
+__all__ = [
+    "ALGORITHMS", "CoevoConfig", "CoevolutionWorkflow", "ECConfig", "ECState", "ECWorkflow", "ERL_ALGORITHMS",
+    "ERLConfig", "ERLState", "ERLWorkflow", "EVAL_SEED", "PPOConfig", "RLConfig", "RLState", "RLWorkflow",
+    "SACConfig", "TD3Config", "Workflow", "algorithms", "build", "config_class", "register", "rl_config",
+]

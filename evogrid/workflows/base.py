@@ -1,21 +1,17 @@
-"""The `Workflow` base: `init(key)`, jitted `step(state)` / `evaluate(state)`, and the Python `learn` loop.
+"""The `Workflow` base: seeded `init`, jitted `step(state)` / `evaluate(state)`, and the Python `learn` loop.
 
-`learn` is the only Python in a run: it calls the compiled `step` once per
-generation, appends the metrics to `<run_dir>/metrics.jsonl` (and CSV, and
-TensorBoard event files under `<run_dir>/tb` when tensorboardX is installed), prints
-progress with an ETA, and checkpoints the whole state every
-`checkpoint_every` generations and at the end. With `resume=True` it continues
-from the newest checkpoint, bit-identically to an uninterrupted run: the state
-carries the PRNG key, and the metrics file is cut back to the restored
-generation before new lines are appended. With several processes
-(`jax.distributed`), every process runs the loop and takes part in checkpointing
-(orbax coordinates the write); only process 0 writes metrics files and progress.
+`learn` is the only Python in a run: it calls the compiled `step` once per generation, appends
+the metrics (vectors flattened to one named scalar each, e.g. `cost:thermal`) to the run
+directory (utils/rundir.py: JSONL, CSV, TensorBoard), shows progress, and checkpoints the whole
+state every `checkpoint_every` generations and at the end. With `resume=True` it continues from
+the newest checkpoint, bit-identically to an uninterrupted run: the state carries the PRNG key,
+and the metrics file is cut back to the restored generation. Every check (config of the
+checkpoints, the directory) happens before anything is written. With several processes
+(`jax.distributed`), every process runs the loop and takes part in checkpointing; only
+process 0 writes metrics and progress.
 """
 from __future__ import annotations
 
-import csv
-import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
@@ -23,37 +19,36 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from evogrid.envs.wrappers import TrainingWrapper
+from evogrid.rollout import rollout
 from evogrid.utils.checkpoint import Checkpointer
 from evogrid.utils.jax_utils import jit_method
+from evogrid.utils.rundir import RunDir, flatten_row
 
-
-class ConfigMixin:
-    """Shared by the frozen config dataclasses: dict round trip (config files, checkpoint metadata)."""
-
-    @classmethod
-    def from_dict(cls, values: dict):
-        """Build from a dict (a --config file, a checkpoint's config.json), naming unknown keys."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown config key(s) {', '.join(unknown)}; valid keys: {', '.join(sorted(known))}")
-        return cls(**values)
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    def _check(self, algorithms, kind: str):
-        """Normalise `hidden` to a tuple of ints and refuse an unknown algorithm."""
-        object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        if self.algorithm not in algorithms:
-            raise ValueError(f"unknown {kind}algorithm {self.algorithm!r}; choose one of {', '.join(algorithms)}")
+EVAL_SEED = 0  # evaluation runs on jax.random.key(EVAL_SEED): the same episodes whatever the run's seed or length
 
 
 class Workflow:
-    """Subclasses implement `init(key)`, `_step(state)`, `_evaluate(state)` and `config_dict()`."""
+    """Subclasses set `unit` (what one `step` is called) and implement `_init(key)`, `_step(state)`,
+    `_evaluate(state)`. `self.config` is a frozen config (utils/config.py) with `task` and `seed`."""
 
-    def init(self, key) -> object:
-        raise NotImplementedError
+    unit = "generation"
+
+    def __init__(self, config, env=None, env_params=None):
+        from evogrid.envs import make
+
+        self.config = config
+        if env is None:
+            env, env_params = make(config.task)
+        self.env, self.env_params = env, env_params
+        self.obs_dim = env.observation_space(env_params).shape[0]
+        self.act_dim = env.action_space(env_params).shape[0]
+        self.cost_names = tuple(env.constraint_names(env_params))
+        self.eval_env = TrainingWrapper(env, config.eval_episodes) if hasattr(config, "eval_episodes") else None
+
+    def init(self, key=None):
+        """The initial run state; `key` defaults to `jax.random.key(config.seed)`."""
+        return self._init(jax.random.key(self.config.seed) if key is None else key)
 
     @jit_method()
     def step(self, state):
@@ -65,44 +60,63 @@ class Workflow:
         return self._evaluate(state)
 
     def config_dict(self) -> dict:
+        return self.config.to_dict()
+
+    def metric_names(self) -> dict:
+        """Names of the entries of vector metrics (used to flatten them into named columns)."""
+        return {"cost_channels": self.cost_names, "multiplier": self.cost_names}
+
+    def evaluate_policy(self, policy) -> dict:
+        """Mean return (and its std) and mean summed costs per channel of `policy(obs) -> action` over
+        the evaluation episodes, which are the same for every run (`EVAL_SEED`)."""
+        metrics, _ = rollout(self.eval_env, policy, jax.random.key(EVAL_SEED), self.env_params.max_steps,
+                             self.env_params, obs_moments=False)
+        return {"return": metrics["episode_return"].mean(), "return_std": metrics["episode_return"].std(),
+                "cost_channels": metrics["episode_cost"].mean(0)}
+
+    def _init(self, key):
+        raise NotImplementedError
+
+    def _step(self, state):
+        raise NotImplementedError
+
+    def _evaluate(self, state):
         raise NotImplementedError
 
     def learn(self, state, generations: int, run_dir: str | Path | None = None, checkpoint_every: int = 10,
               resume: bool = False, progress: bool = True):
         """Run until `generations` steps have been taken in total. Returns (state, history)."""
         history: list[dict] = []
-        ckpt = start = None
         primary = jax.process_index() == 0
         progress = progress and primary
+        run = ckpt = None
+        start = 0
         if run_dir is not None:
-            run_dir = Path(run_dir)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            if primary:
-                (run_dir / "config.json").write_text(json.dumps(self.config_dict(), indent=2))
-            ckpt = Checkpointer(run_dir / "checkpoints", self.config_dict())
-            restored = ckpt.restore_latest(state) if resume else None
-            if resume and restored is None and progress:
-                print(f"[evogrid] no checkpoint in {run_dir}; starting from scratch", file=sys.stderr)
+            run = RunDir(run_dir)
+            if primary:  # other processes may already see the directory process 0 is creating
+                run.check_writable(resume)
+            ckpt = Checkpointer(run.path / "checkpoints", self.config_dict())
+            restored = ckpt.restore_latest(state, log=_say if progress else None) if resume else None
+            if not resume and ckpt.steps():
+                raise FileExistsError(f"{run.path} already holds checkpoints; pass resume=True (--resume) or use a new directory")
             if restored is not None:
                 start, state = restored
-                history = _read_history(run_dir / "metrics.jsonl", start)
-                if progress:
-                    print(f"[evogrid] resumed from generation {start} in {run_dir}", file=sys.stderr)
-            elif not resume and ckpt.steps():
-                raise FileExistsError(f"{run_dir} already holds checkpoints; pass resume=True (--resume) or use a new directory")
-            if primary:
-                _write_history(run_dir, history)
-        start = start or 0
-        files = run_dir is not None and primary
-        tb = _tensorboard(run_dir, start) if files else None
-        t0 = time.perf_counter()
+                history = run.read_history(start)
+            if primary:  # every check passed: now the directory may change
+                run.claim(self.config_dict())
+                run.write_history(history)
+            if progress and resume:
+                _say(f"resumed from {self.unit} {start} in {run.path}" if restored else f"no checkpoint in {run.path}; starting from scratch")
+        files = run is not None and primary
+        tb = _tensorboard(run.path, start) if files else None
+        bar = Progress(self.unit, start, generations) if progress else None
+        names = self.metric_names()
         for gen in range(start, generations):
             state, metrics = self.step(state)
-            row = {"generation": gen + 1, **_to_python(metrics)}
+            row = {"generation": gen + 1, **flatten_row(_to_python(metrics), names)}
             history.append(row)
             if files:
-                with open(run_dir / "metrics.jsonl", "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                run.append(row)
             if tb is not None:
                 for k, v in row.items():
                     if isinstance(v, (int, float)) and k != "generation":
@@ -110,15 +124,19 @@ class Workflow:
             done = gen + 1
             if ckpt is not None and (done % checkpoint_every == 0 or done == generations):
                 ckpt.save(done, state)
-            if progress:
-                _progress(done, generations, start, t0, row)
-        if progress and generations > start and sys.stderr.isatty():
-            print(file=sys.stderr)
+            if bar is not None:
+                bar.update(done, row)
+        if bar is not None:
+            bar.close()
         if files:
-            _write_csv(run_dir / "metrics.csv", history)
+            run.write_csv(history)
         if tb is not None:
             tb.close()
         return state, history
+
+
+def _say(message: str) -> None:
+    print(f"[evogrid] {message}", file=sys.stderr, flush=True)
 
 
 def _tensorboard(run_dir: Path, start: int):
@@ -138,38 +156,43 @@ def _to_python(metrics) -> dict:
     return out
 
 
-def _read_history(path: Path, upto: int) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["generation"] <= upto]
+SHOWN = ("return", "return_mean", "fitness_max", "cost_total")  # progress shows the first of these present
 
 
-def _write_history(run_dir: Path, history: list[dict]) -> None:
-    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in history))
+class Progress:
+    """Progress of a run on stderr: the first step (compile + run) is reported on its own, rate and ETA
+    come from the steady-state steps after it. On a terminal a tqdm bar (80 columns); in a log a
+    plain line every 5% of the run."""
 
+    def __init__(self, unit: str, start: int, total: int):
+        self.unit, self.start, self.total = unit, start, total
+        self.t0 = time.perf_counter()
+        self.t_first = None
+        self.tty = sys.stderr.isatty()
+        self.bar = None
 
-def _write_csv(path: Path, history: list[dict]) -> None:
-    if not history:
-        return
-    keys = list(history[0])
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(keys)
-        for row in history:
-            w.writerow([json.dumps(row[k]) if isinstance(row[k], list) else row[k] for k in keys])
+    def update(self, done: int, row: dict) -> None:
+        now = time.perf_counter()
+        shown = {k: f"{row[k]:.4g}" for k in SHOWN if isinstance(row.get(k), (int, float))}
+        if self.t_first is None:
+            self.t_first = now
+            _say(f"first {self.unit} (compile + run) took {now - self.t0:.1f} s")
+            if self.tty:
+                from tqdm import tqdm
 
+                self.bar = tqdm(total=self.total, initial=done, unit=self.unit[:3], ncols=80, file=sys.stderr,
+                                dynamic_ncols=False, leave=True)
+            return
+        if self.bar is not None:
+            self.bar.set_postfix(shown, refresh=False)
+            self.bar.update(1)
+            return
+        step = max(1, (self.total - self.start) // 20)
+        if done == self.total or (done - self.start) % step == 0:
+            rate = (now - self.t_first) / max(done - self.start - 1, 1)
+            text = "  ".join(f"{k} {v}" for k, v in shown.items())
+            _say(f"{self.unit} {done}/{self.total}  {text}  {rate:.3g} s/{self.unit[:3]}  ETA {rate * (self.total - done):.0f} s")
 
-def _progress(done: int, total: int, start: int, t0: float, row: dict) -> None:
-    """A one-line bar redrawn in place on a terminal; in a log, a line every 5% of the run."""
-    tty = sys.stderr.isatty()
-    if not tty and done != total and done % max(1, total // 20):
-        return
-    frac = done / total
-    rate = (time.perf_counter() - t0) / max(done - start, 1)
-    eta = rate * (total - done)
-    bar = "#" * int(24 * frac) + "-" * (24 - int(24 * frac))
-    shown = "  ".join(f"{k} {row[k]:.4g}" for k in ("fitness_max", "fitness_mean", "cost_mean", "return", "episode_cost")
-                      if k in row)
-    line = f"[{bar}] gen {done}/{total}  {shown}  {rate:.3f}s/gen  ETA {eta:.0f}s"
-    print("\r" + line if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -1,11 +1,10 @@
-"""ECWorkflow: evolve MLP policies with an evosax strategy or a native GA.
+"""ECWorkflow: evolve MLP policies with an evosax strategy or the native GA.
 
-One generation is one compiled call: ask -> population [pop, D] of flattened
-MLP parameters -> `jit(vmap(rollout))` over the population (each individual
-plays the same `episodes_per_individual` episodes, common random numbers, in a
-`TrainingWrapper`; episodes run to the horizon without per-step resets) ->
-fitness -> tell. Fitness is maximised; evosax minimises, and the sign flip
-lives in one place, `EvosaxStrategy.tell`.
+One generation is one compiled call: ask -> population [pop, D] of flattened MLP parameters ->
+`jit(vmap(rollout))` over the population (each individual plays the same
+`episodes_per_individual` episodes, common random numbers, in a `TrainingWrapper`; episodes run
+to the horizon without per-step resets) -> fitness -> tell. Fitness is maximised: by default
+the return penalised by the constraint mechanism (evogrid.constraints). The sign flip for evosax lives in `EvosaxStrategy.tell`.
 
 Devices: the workflow holds a 1-D mesh over all devices (`utils.sharding`); the state is
 replicated, the population is split over the devices for the rollouts (`shard_map`), and
@@ -21,64 +20,56 @@ at once (fastest) and runs on different device counts agree to float rounding.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from evogrid.envs import make
+from evogrid.algorithms import EVOSAX_ALGORITHMS, EvosaxStrategy, GeneticAlgorithm
+from evogrid.algorithms.es import ANTITHETIC
+from evogrid.constraints import ConstraintConfig, Lagrangian
 from evogrid.envs.wrappers import TrainingWrapper
 from evogrid.networks import RunningNorm, make_vmap_mlp
-from evogrid.operators import MLPMutation, elite_indices, tournament_selection, uniform_crossover
+from evogrid.networks.mlp import ACTIVATIONS
 from evogrid.rollout import rollout
-from evogrid.utils.jax_utils import strong_types, tree_where
+from evogrid.utils.config import param
+from evogrid.utils.jax_utils import tree_where
 from evogrid.utils.sharding import POP_AXIS, check_divisible, gather, population_mesh, replicate
-from evogrid.workflows.base import ConfigMixin, Workflow
+from evogrid.workflows.base import Workflow
 
-EVOSAX_ALGORITHMS = ("Open_ES", "CMA_ES", "Sep_CMA_ES", "SNES", "xNES", "PGPE", "ARS", "SimpleGA")
 ALGORITHMS = EVOSAX_ALGORITHMS + ("GA",)
 
 
 @dataclasses.dataclass(frozen=True)
-class ECConfig(ConfigMixin):
+class ECConfig(ConstraintConfig):
     """Static structure and hyperparameters of an EC run (all of it is recorded with checkpoints)."""
 
-    task: str = "tso-case14"
-    algorithm: str = "Open_ES"
-    pop_size: int = 64
-    episodes_per_individual: int = 2
-    hidden: tuple[int, ...] = (32, 32)
-    activation: str = "tanh"
-    sigma: float = 0.05             # initial search std (ES) / mutation scale (GA)
-    learning_rate: float = 0.03     # ES optimiser (Open_ES, SNES, xNES, PGPE, ARS)
-    cost_penalty: float = 0.0       # lambda in fitness = return - lambda * summed costs
-    obs_norm: bool = True
-    vmap_step: bool = True
-    eval_episodes: int = 16
-    eval_block: int = 0             # individuals evaluated together; 0 = each device's whole share (see below)
-    elite: int = 4                  # GA: members copied unchanged
-    mutation_rate: float = 1.0      # GA: share of parameters perturbed
-    seed: int = 0
+    task: str = param("tso-case14", "task name (see `evogrid tasks`)")
+    algorithm: str = param("Open_ES", "evolution strategy", choices=ALGORITHMS)
+    pop_size: int = param(64, "population size", lo=2, cli="--pop")
+    episodes_per_individual: int = param(4, "episodes each individual plays per generation", lo=1, cli="--episodes")
+    hidden: tuple[int, ...] = param((32, 32), "MLP hidden layer widths", lo=1)
+    activation: str = param("tanh", "MLP activation", choices=tuple(ACTIVATIONS))
+    sigma: float = param(0.05, "initial search std (ES) / mutation std (GA)", lo=0.0, lo_open=True)
+    learning_rate: float = param(0.03, "ES optimiser step size (Open_ES, SNES, xNES, PGPE, ARS)", lo=0.0, lo_open=True,
+                                 cli="--lr")
+    obs_norm: bool = param(True, "normalise observations with running statistics")
+    vmap_step: bool = param(True, "vmap the env batch (false: lax.map, lower memory)")
+    eval_episodes: int = param(16, "episodes of the evaluation", lo=1)
+    eval_block: int = param(0, "individuals evaluated together per device; 0 = the whole share (see ec.py)", lo=0)
+    elite: int = param(4, "GA: members copied unchanged", lo=0)
+    mutation_rate: float = param(1.0, "GA: share of parameters perturbed", lo=0.0, hi=1.0)
+    seed: int = param(0, "random seed", lo=0)
 
-    def __post_init__(self):
-        self._check(ALGORITHMS, "")
-        for name in ("pop_size", "episodes_per_individual", "eval_episodes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.algorithm in ("Open_ES", "PGPE", "ARS") and self.pop_size % 2:
+    def _check(self):
+        if self.algorithm in ANTITHETIC and self.pop_size % 2:
             raise ValueError(f"{self.algorithm} samples antithetic pairs: pop_size must be even, got {self.pop_size}")
-        if self.algorithm == "GA" and not 0 <= self.elite < self.pop_size:
-            raise ValueError(f"elite must be in [0, pop_size), got {self.elite}")
-        if self.eval_block < 0 or (self.eval_block and self.pop_size % self.eval_block):
+        if self.algorithm == "GA" and self.elite >= self.pop_size:
+            raise ValueError(f"elite must be in [0, pop_size - 1] = [0, {self.pop_size - 1}], got {self.elite}")
+        if self.eval_block and self.pop_size % self.eval_block:
             raise ValueError(f"eval_block must be 0 or divide pop_size {self.pop_size}, got {self.eval_block}")
-        if self.sigma <= 0 or self.learning_rate <= 0 or self.cost_penalty < 0:
-            raise ValueError("sigma and learning_rate must be > 0 and cost_penalty >= 0")
-
-
 
 
 @struct.dataclass
@@ -86,104 +77,24 @@ class ECState:
     key: jnp.ndarray            # uint32 key data (checkpoint friendly)
     es_state: Any
     obs_norm: RunningNorm
+    lagrangian: Lagrangian
     generation: jnp.ndarray     # int32
     best_params: jnp.ndarray    # [D] flattened MLP parameters of the fittest individual so far
     best_fitness: jnp.ndarray
     best_obs_norm: RunningNorm  # the observation statistics it was evaluated with
 
 
-class EvosaxStrategy:
-    """Adapter over an evosax 0.3 algorithm: flat [D] solutions, fitness maximised."""
-
-    def __init__(self, name: str, pop_size: int, template, sigma: float, learning_rate: float):
-        # imported here: importing evosax.algorithms creates arrays, which would start the XLA backend
-        # before `evogrid train --distributed` can call jax.distributed.initialize
-        import evosax.algorithms as ea
-
-        cls = getattr(ea, name)
-        accepted = inspect.signature(cls.__init__).parameters
-        kwargs = {}
-        if "optimizer" in accepted:
-            kwargs["optimizer"] = optax.adam(learning_rate)
-        if "std_schedule" in accepted:
-            kwargs["std_schedule"] = optax.constant_schedule(sigma)
-        self.es = cls(population_size=pop_size, solution=template, **kwargs)
-        params = self.es.default_params
-        if hasattr(params, "std_init"):
-            params = params.replace(std_init=jnp.asarray(sigma, template.dtype))
-        self.params = params
-        self.population_based = isinstance(self.es, ea.population_based.base.PopulationBasedAlgorithm)
-        self.sigma = sigma
-
-    def init(self, key, mean):
-        if self.population_based:
-            k1, k2 = jax.random.split(key)
-            pop = mean + self.sigma * jax.random.normal(k1, (self.es.population_size, mean.shape[0]), mean.dtype)
-            return strong_types(self.es.init(k2, pop, jnp.full((self.es.population_size,), jnp.inf, mean.dtype), self.params))
-        return strong_types(self.es.init(key, mean, self.params))
-
-    def ask(self, key, state):
-        population, new = self.es.ask(key, state, self.params)
-        return population, strong_types(new, like=state)
-
-    def tell(self, key, population, fitness, state):
-        new, _ = self.es.tell(key, population, -fitness, state, self.params)  # the one sign flip: evosax minimises
-        # evosax returns some fields weak-typed (e.g. a schedule's std); keep the input's exact
-        # types so a jitted step does not retrace at generation 2
-        return strong_types(new, like=state)
-
-    def center(self, state):
-        return state.best_solution if self.population_based else state.mean
-
-
-@struct.dataclass
-class GAState:
-    population: jnp.ndarray  # [pop, D]
-    fitness: jnp.ndarray     # [pop], -inf before the first evaluation
-
-
-class NativeGA:
-    """Elitist GA from `evogrid.operators`: tournament parents, uniform crossover, Gaussian mutation."""
-
-    def __init__(self, pop_size: int, elite: int, sigma: float, mutation_rate: float):
-        self.pop_size, self.elite = pop_size, elite
-        self.mutation = MLPMutation(rate=mutation_rate, scale=sigma)
-        self.sigma = sigma
-
-    def init(self, key, mean):
-        pop = mean + self.sigma * jax.random.normal(key, (self.pop_size, mean.shape[0]), mean.dtype)
-        return GAState(pop, jnp.full((self.pop_size,), -jnp.inf, mean.dtype))
-
-    def ask(self, key, state: GAState):
-        k_sel, k_cross, k_mut = jax.random.split(key, 3)
-        n_child = self.pop_size - self.elite
-        parents = tournament_selection(k_sel, state.fitness, 2 * n_child).reshape(2, n_child)
-        cross_keys = jax.random.split(k_cross, n_child)
-        children = jax.vmap(uniform_crossover)(cross_keys, state.population[parents[0]], state.population[parents[1]])
-        children = self.mutation.mutate_population(k_mut, children)
-        elites = state.population[elite_indices(state.fitness, self.elite)]
-        offspring = jnp.concatenate([elites, children])
-        first = jnp.all(jnp.isneginf(state.fitness))  # evaluate the initial population as it is
-        return jnp.where(first, state.population, offspring), state
-
-    def tell(self, key, population, fitness, state):
-        return GAState(population, fitness)
-
-    def center(self, state: GAState):
-        return state.population[jnp.argmax(state.fitness)]
-
-
 class ECWorkflow(Workflow):
     """Evolve an MLP policy for `config.task` (or for an env/params you pass).
 
-    Subclass and override `fitness(returns, costs)` to change what is maximised
+    Subclass and override `fitness(returns, costs, lagrangian)` to change what is maximised
     (see examples/cost_constrained_es.py).
     """
 
     def __init__(self, config: ECConfig = ECConfig(), env=None, env_params=None, mesh=None):
         """`mesh`: a 1-D `jax.sharding.Mesh` with axis "pop" (default: every visible device);
         pop_size must be a multiple of its size."""
-        self.config = config
+        super().__init__(config, env, env_params)
         self.mesh = population_mesh() if mesh is None else mesh
         check_divisible(config.pop_size, self.mesh)
         share = config.pop_size // self.mesh.devices.size
@@ -191,42 +102,29 @@ class ECWorkflow(Workflow):
         if share % self.block:
             raise ValueError(f"eval_block {config.eval_block} must divide each device's share of the population "
                              f"({share} = pop_size {config.pop_size} / {self.mesh.devices.size} devices)")
-        if env is None:
-            env, env_params = make(config.task)
-        self.env, self.env_params = env, env_params
-        obs_dim = env.observation_space(env_params).shape[0]
-        self.act_dim = env.action_space(env_params).shape[0]
-        self.n_costs = env.num_constraints(env_params)
-        self.model, _, _ = make_vmap_mlp(obs_dim, self.act_dim, config.hidden, config.activation)
-        template = self.model.init(jax.random.key(0), jnp.zeros((obs_dim,)))
-        flat, self.unravel = ravel_pytree(template)
+        self.model, _, _ = make_vmap_mlp(self.obs_dim, self.act_dim, config.hidden, config.activation)
+        flat, self.unravel = ravel_pytree(self.model.init(jax.random.key(0), jnp.zeros((self.obs_dim,))))
         self.num_params = flat.shape[0]
         if config.algorithm == "GA":
-            self.strategy = NativeGA(config.pop_size, config.elite, config.sigma, config.mutation_rate)
+            self.strategy = GeneticAlgorithm(config.pop_size, config.elite, config.sigma, config.mutation_rate)
         else:
             self.strategy = EvosaxStrategy(config.algorithm, config.pop_size, flat, config.sigma, config.learning_rate)
-        self.episodes = TrainingWrapper(env, config.episodes_per_individual, config.vmap_step)
-        self.eval_env = TrainingWrapper(env, config.eval_episodes, config.vmap_step)
-        self.obs_dim = obs_dim
-
-    def config_dict(self) -> dict:
-        return self.config.to_dict()
+        self.episodes = TrainingWrapper(self.env, config.episodes_per_individual, config.vmap_step)
 
     # --- hooks ---------------------------------------------------------------------------
-    def fitness(self, returns, costs):
+    def fitness(self, returns, costs, lagrangian: Lagrangian):
         """Fitness to maximise from mean episode returns [pop] and summed cost channels [pop, C]."""
-        return returns - self.config.cost_penalty * costs.sum(-1)
+        return lagrangian.penalise(returns, costs)
 
     # --- workflow ----------------------------------------------------------------------
-    def init(self, key=None) -> ECState:
-        key = jax.random.key(self.config.seed) if key is None else key
+    def _init(self, key) -> ECState:
         k_init, k_es, key = jax.random.split(key, 3)
         mean, _ = ravel_pytree(self.model.init(k_init, jnp.zeros((self.obs_dim,))))
-        es_state = self.strategy.init(k_es, mean)
         state = ECState(
             key=jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key,
-            es_state=es_state,
+            es_state=self.strategy.init(k_es, mean),
             obs_norm=RunningNorm.create(self.obs_dim),
+            lagrangian=Lagrangian.create(len(self.cost_names), self.config, mean.dtype),
             generation=jnp.zeros((), jnp.int32),
             best_params=mean,
             best_fitness=jnp.asarray(-jnp.inf, mean.dtype),
@@ -281,7 +179,7 @@ class ECWorkflow(Workflow):
         # every reduction below sees the whole population, in the same order on every device
         returns = metrics["episode_return"].mean(-1)          # [pop]
         costs = metrics["episode_cost"].mean(-2)              # [pop, C]
-        fitness = self.fitness(returns, costs)
+        fitness = self.fitness(returns, costs, state.lagrangian)
         es_state = self.strategy.tell(k_tell, population, fitness, es_state)
         i_best = jnp.argmax(fitness)
         improved = fitness[i_best] > state.best_fitness
@@ -292,22 +190,21 @@ class ECWorkflow(Workflow):
             mean = jnp.einsum("p,pd->d", w, metrics["obs_mean"])
             var = jnp.einsum("p,pd->d", w, metrics["obs_var"] + metrics["obs_mean"] ** 2) - mean**2
             norm = norm.merge(mean, jnp.maximum(var, 0.0), metrics["obs_count"].sum())
+        lagrangian = state.lagrangian.update(costs.mean(0), returns.mean(), self.config)
         state = state.replace(
-            key=jax.random.key_data(key), es_state=es_state, obs_norm=norm, generation=state.generation + 1,
-            best_params=jnp.where(improved, population[i_best], state.best_params),
+            key=jax.random.key_data(key), es_state=es_state, obs_norm=norm, lagrangian=lagrangian,
+            generation=state.generation + 1, best_params=jnp.where(improved, population[i_best], state.best_params),
             best_fitness=jnp.where(improved, fitness[i_best], state.best_fitness), best_obs_norm=best_norm,
         )
         out = {
-            "fitness_max": fitness.max(), "fitness_mean": fitness.mean(), "fitness_min": fitness.min(),
-            "return_mean": returns.mean(), "cost_mean": costs.sum(-1).mean(), "cost_channels": costs.mean(0),
-            "best_fitness": state.best_fitness,
+            "fitness_max": fitness.max(), "fitness_mean": fitness.mean(), "return_mean": returns.mean(),
+            "return_max": returns.max(), "cost_total": costs.sum(-1).mean(), "cost_channels": costs.mean(0),
+            "multiplier": lagrangian.multiplier, "best_fitness": state.best_fitness,
+            "env_steps": (state.generation * self.config.pop_size * self.config.episodes_per_individual
+                          * self.env_params.max_steps).astype(jnp.float32),
         }
         return state, out
 
     def _evaluate(self, state: ECState):
-        """Mean return and costs over `eval_episodes` fresh episodes of the best individual so far
-        (with the observation statistics it was selected under)."""
-        key = jax.random.fold_in(jax.random.wrap_key_data(state.key), 7)
-        metrics = self._play(state.best_params, key, state.best_obs_norm, self.eval_env)
-        return {"return": metrics["episode_return"].mean(), "return_std": metrics["episode_return"].std(),
-                "cost_channels": metrics["episode_cost"].mean(0)}
+        """The best individual so far, with the observation statistics it was selected under."""
+        return self.evaluate_policy(self._policy(state.best_params, state.best_obs_norm))

@@ -1,0 +1,65 @@
+"""One registry of workflows: algorithm name -> (config class, workflow class).
+
+    config, workflow = build({"algorithm": "ppo", "task": "tso-case5"})
+    config_class("Open_ES")              # ECConfig
+
+Names are matched without regard to case, "_" or "-" ("openes", "cma-es" and "CMA_ES" are the
+same), and a near miss gets a "did you mean". The `evogrid` command builds its options from
+these config classes. Adding an algorithm: its module under `evogrid/algorithms/` plus one
+`register` line below.
+"""
+from __future__ import annotations
+
+import difflib
+
+from evogrid.algorithms import PPO, SAC, TD3
+from evogrid.workflows.coevo import CoevoConfig, CoevolutionWorkflow
+from evogrid.workflows.ec import ALGORITHMS as EC_ALGORITHMS
+from evogrid.workflows.ec import ECConfig, ECWorkflow
+from evogrid.workflows.erl import ERL_ALGORITHMS, ERLConfig, ERLWorkflow
+from evogrid.workflows.rl import RLWorkflow, rl_config
+
+_REGISTRY: dict[str, tuple[str, type, type]] = {}  # normalised name -> (name, config class, workflow class)
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def register(name: str, config_cls: type, workflow_cls: type) -> None:
+    _REGISTRY[_norm(name)] = (name, config_cls, workflow_cls)
+
+
+def algorithms() -> list[str]:
+    return [name for name, _, _ in _REGISTRY.values()]
+
+
+def resolve(name: str) -> tuple[str, type, type]:
+    """(canonical name, config class, workflow class) of an algorithm name, or a ValueError naming the valid ones."""
+    entry = _REGISTRY.get(_norm(str(name)))
+    if entry is None:
+        close = difflib.get_close_matches(_norm(str(name)), list(_REGISTRY), n=1, cutoff=0.6)
+        hint = f"; did you mean {_REGISTRY[close[0]][0]}?" if close else ""
+        raise ValueError(f"unknown algorithm {name!r}{hint} (choose one of {', '.join(algorithms())})")
+    return entry
+
+
+def config_class(name: str) -> type:
+    return resolve(name)[1]
+
+
+def build(values: dict, env=None, env_params=None):
+    """(config, workflow) from a dict of config values with an `algorithm` key (default Open_ES)."""
+    name, config_cls, workflow_cls = resolve(values.get("algorithm", "Open_ES"))
+    config = config_cls.from_dict({**values, "algorithm": name})
+    return config, workflow_cls(config, env, env_params)
+
+
+for _name in EC_ALGORITHMS:
+    register(_name, ECConfig, ECWorkflow)
+register("ppo", rl_config(PPO), RLWorkflow)
+register("td3", rl_config(TD3), RLWorkflow)
+register("sac", rl_config(SAC), RLWorkflow)
+for _name in ERL_ALGORITHMS:
+    register(_name, ERLConfig, ERLWorkflow)
+register("coevo", CoevoConfig, CoevolutionWorkflow)

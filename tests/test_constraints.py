@@ -1,0 +1,58 @@
+"""The one constraint mechanism (evogrid.constraints): the PID Lagrangian by hand, the fixed penalty, and its use
+through SafeRLWrapper."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from evogrid.constraints import ConstraintConfig, Lagrangian
+from evogrid.envs import SafeRLWrapper, make
+from evogrid.utils.jax_utils import scan_rollout
+
+
+def test_multiplier_update_by_hand_on_two_steps():
+    """kp = 1, ki = 0.1, budget 0.
+    Step 1: episode costs [2, 0, 0.5], return -100: I = [2, 0, 0.5]; lambda = 1 * v + 0.1 * I = [2.2, 0, 0.55];
+            S = |return| = 100 (first update); weights = lambda * S = [220, 0, 55].
+    Step 2: costs [0.5, 0, 0], return -80: I = [2.5, 0, 0.5]; lambda = [0.5 + 0.25, 0, 0 + 0.05] = [0.75, 0, 0.05];
+            S = 0.9 * 100 + 0.1 * 80 = 98; weights = [73.5, 0, 4.9].
+    penalise(-10, costs [1, 1, 1]) = -10 - 78.4 = -88.4."""
+    cfg = ConstraintConfig(lagrange_kp=1.0, lagrange_ki=0.1)
+    lag = Lagrangian.create(3, cfg)
+    np.testing.assert_array_equal(np.asarray(lag.weights()), 0.0)
+    lag = lag.update(jnp.array([2.0, 0.0, 0.5]), jnp.asarray(-100.0), cfg)
+    np.testing.assert_allclose(np.asarray(lag.multiplier), [2.2, 0.0, 0.55], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(lag.weights()), [220.0, 0.0, 55.0], rtol=1e-6)
+    lag = lag.update(jnp.array([0.5, 0.0, 0.0]), jnp.asarray(-80.0), cfg)
+    np.testing.assert_allclose(np.asarray(lag.multiplier), [0.75, 0.0, 0.05], rtol=1e-6)
+    np.testing.assert_allclose(float(lag.scale), 98.0, rtol=1e-6)
+    np.testing.assert_allclose(float(lag.penalise(jnp.asarray(-10.0), jnp.ones(3))), -88.4, rtol=1e-6)
+
+
+def test_fixed_penalty_and_none_do_not_adapt():
+    pen = ConstraintConfig(constraint="penalty", penalty=3.0)
+    lag = Lagrangian.create(2, pen).update(jnp.array([5.0, 5.0]), jnp.asarray(-1.0), pen)
+    np.testing.assert_allclose(np.asarray(lag.weights()), [3.0, 3.0])  # return - 3 * costs, whatever happened
+    off = ConstraintConfig(constraint="none")
+    assert float(Lagrangian.create(2, off).update(jnp.ones(2), jnp.asarray(-1.0), off).weights().sum()) == 0.0
+    with pytest.raises(ValueError, match="constraint must be one of lagrangian, penalty, none, got 'pid'"):
+        ConstraintConfig(constraint="pid")
+    with pytest.raises(ValueError, match="lagrange_ki must be a finite number, got nan"):
+        ConstraintConfig(lagrange_ki=float("nan"))
+
+
+def test_safe_rl_wrapper_penalises_with_the_lagrangian():
+    env, params = make("tso-case14", max_steps=6, n_days=4)
+    safe = SafeRLWrapper(env)
+    lag = Lagrangian(multiplier=jnp.array([2.0, 1.0, 0.5]), integral=jnp.zeros(3), scale=jnp.asarray(10.0),
+                     fixed=jnp.asarray(0.0))
+    sp = safe.make_params(params, lagrangian=lag)
+    _, state = safe.reset(jax.random.key(4), sp)
+    acts = jnp.tile(jnp.array([-1.0, -1.0, -1.0, 1.0, 1.0]), (6, 1))  # a dispatch that strains the slack
+    _, _, rew, costs, done, info = jax.jit(lambda k, s: scan_rollout(safe, k, s, sp, acts))(jax.random.key(5), state)
+    # weights = multiplier * scale = [20, 10, 5]
+    np.testing.assert_allclose(rew, info["reward_raw"] - np.asarray(costs) @ np.array([20.0, 10.0, 5.0]), rtol=1e-5, atol=1e-4)
+    total = np.asarray(costs).sum(0)
+    assert total.sum() > 0 and bool(done[-1])
+    np.testing.assert_allclose(info["episode_cost"][-1], total, rtol=1e-5)
+    assert safe.constraint_names(sp) == env.constraint_names(params)

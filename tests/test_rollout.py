@@ -1,0 +1,56 @@
+"""The one rollout path: `collect` reports truncation, termination and the true final observation; auto-resets
+match `env.step`; `track_episodes` sums finished episodes."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from evogrid.envs import TrainingWrapper, make
+from evogrid.rollout import EpisodeStats, collect, track_episodes
+
+ENV, PARAMS = make("tso-case5", max_steps=3, n_days=4)
+
+
+def test_truncation_final_obs_and_resets_match_env_step():
+    key = jax.random.key(0)
+    obs, state = ENV.reset(jax.random.key(1), PARAMS)
+    zero = lambda k, o: (jnp.zeros(5), None)  # noqa: E731
+    final_state, final_obs, tr, _ = jax.jit(lambda s, o: collect(ENV, PARAMS, zero, key, s, o, 7))(state, obs)
+    np.testing.assert_array_equal(np.asarray(tr.truncated), [0, 0, 1, 0, 0, 1, 0])  # the 3-step time limit
+    assert not np.asarray(tr.terminated).any()
+    # replay with env.step: the same keys give the same resets; next_obs is the pre-reset observation
+    s, o = state, obs
+    for t, k in enumerate(jax.random.split(key, 7)):
+        k_step, _ = jax.random.split(k)
+        true_next = ENV.step_no_reset(k_step, s, jnp.zeros(5), PARAMS)[0]
+        o, s, r, c, d, _ = ENV.step(k, s, jnp.zeros(5), PARAMS)
+        np.testing.assert_allclose(np.asarray(tr.next_obs[t]), np.asarray(true_next), rtol=1e-6)
+        np.testing.assert_allclose(float(tr.reward[t]), float(r), rtol=1e-6)
+        if t < 6:
+            np.testing.assert_allclose(np.asarray(tr.obs[t + 1]), np.asarray(o), rtol=1e-6)  # the carried (reset) obs
+    np.testing.assert_allclose(np.asarray(final_obs), np.asarray(o), rtol=1e-6)
+    assert int(final_state.time_step) == int(s.time_step) == 1
+    assert not np.allclose(np.asarray(tr.next_obs[2]), np.asarray(tr.obs[3]))  # end of day != next day's start
+
+
+def test_termination_is_not_truncation():
+    pytest.importorskip("gymnax")
+    env, params = make("gymnax:CartPole-v1")
+    obs, state = env.reset(jax.random.key(0), params)
+    push = lambda k, o: (jnp.array([1.0, -1.0]), None)  # noqa: E731  always push right: the pole falls early
+    _, _, tr, _ = jax.jit(lambda s, o: collect(env, params, push, jax.random.key(1), s, o, 60))(state, obs)
+    first = int(np.argmax(np.asarray(tr.done)))
+    assert 0 < first < 50 and bool(tr.terminated[first]) and not np.asarray(tr.truncated).any()
+
+
+def test_track_episodes_sums_finished_episodes():
+    env = TrainingWrapper(ENV, 2)
+    obs, state = env.reset(jax.random.key(2), PARAMS)
+    zero = lambda k, o: (jnp.zeros((2, 5)), None)  # noqa: E731
+    stats0 = EpisodeStats.create(2, 3)
+    _, _, tr, stats = collect(env, PARAMS, zero, jax.random.key(3), state, obs, 5, fold=track_episodes, acc=stats0)
+    reward, costs = np.asarray(tr.reward), np.asarray(tr.costs)
+    # episodes end at step 3 (index 2); the latest finished ones are those two, then 2 steps are running
+    np.testing.assert_allclose(float(stats.last_return), reward[:3].sum(0).mean(), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(stats.last_cost), costs[:3].sum(0).mean(0), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(stats.running_return), reward[3:].sum(0), rtol=1e-5)
