@@ -216,6 +216,9 @@ def _train(argv: list[str]) -> int:
                                         resume=args.resume)
     except (FileExistsError, FileNotFoundError, PermissionError, CheckpointError, ValueError) as err:
         raise UsageError(str(err)) from None
+    except FloatingPointError as err:
+        print(f"evogrid: {err}", file=sys.stderr)
+        return 1
     ev = workflow.evaluate(state)  # a collective computation under jax.distributed: every process takes part
     if not primary:
         return 0

@@ -17,7 +17,7 @@ def test_multiplier_update_by_hand_on_two_steps():
     Step 2: costs [0.5, 0, 0], return -80: I = [2.5, 0, 0.5]; lambda = [0.5 + 0.25, 0, 0 + 0.05] = [0.75, 0, 0.05];
             S = 0.9 * 100 + 0.1 * 80 = 98; weights = [73.5, 0, 4.9].
     penalise(-10, costs [1, 1, 1]) = -10 - 78.4 = -88.4."""
-    cfg = ConstraintConfig(lagrange_kp=1.0, lagrange_ki=0.1)
+    cfg = ConstraintConfig(constraint="lagrangian", lagrange_kp=1.0, lagrange_ki=0.1)
     lag = Lagrangian.create(3, cfg)
     np.testing.assert_array_equal(np.asarray(lag.weights()), 0.0)
     lag = lag.update(jnp.array([2.0, 0.0, 0.5]), jnp.asarray(-100.0), cfg)

@@ -205,6 +205,50 @@ def test_ac_mode_matches_pypower_for_the_env_dispatch(method, iters):
         np.testing.assert_allclose(float(info["losses_mw"]), ref["gen"][:, PG].sum() - ref["bus"][:, PD].sum(), atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["14", "57", "118"])
+def test_ac_env_converges_wherever_pypower_does_on_random_actions(name):
+    """Default AC mode (chord, float64): on 12 random-action steps, every step PYPOWER solves is reported
+    converged, at PYPOWER's state to 1e-6 p.u. / 1e-5 degrees."""
+    from pypower.api import runpf
+
+    with jax.enable_x64(True):
+        case = load_case(name)
+        params = make_trans_params(case, max_steps=12, n_days=1, ac=True)
+        env, step = TransGridEnv(), jax.jit(TransGridEnv().step_env)
+        state = jax.tree_util.tree_map(lambda x: x[0], params.init)
+        actions = jax.random.uniform(jax.random.key(int(name)), (12, case.n_units), minval=-1, maxval=1)
+        for t in range(12):
+            _, state, _, costs, _, info = step(jax.random.key(t), state, actions[t], params)
+            ppc = ppc_of(case)
+            ppc["bus"][:, PD], ppc["bus"][:, QD] = np.asarray(params.load_p[0, t]), np.asarray(params.load_q[0, t])
+            ppc["gen"][:, PG] = np.asarray(state.pg)
+            ref, ok = runpf(ppc, pypower_opts())
+            assert bool(ok) == (float(info["converged"]) == 1.0) == (float(costs[-1]) == 0.0), (t, ok)
+            np.testing.assert_allclose(np.asarray(state.vm), ref["bus"][:, VM], atol=1e-6)
+            np.testing.assert_allclose(np.rad2deg(np.asarray(state.va)), ref["bus"][:, VA], atol=1e-5)
+        del env
+
+
+@pytest.mark.parametrize("task", ["tso-case14-ac", "dso-case33bw"])
+def test_a_step_without_power_flow_solution_leaves_later_outputs_finite(task):
+    """One day with ten times the load at step 2 has no AC solution: that step is flagged, and it and every
+    later step return finite rewards, costs and observations (before: NaN from then on)."""
+    env, params = make(task, max_steps=6, n_days=1)
+    load = np.asarray(params.load_p).copy()
+    load[:, 2] *= 10.0
+    if task.startswith("tso"):
+        params = make_trans_params("14", max_steps=6, n_days=1, ac=True, load_p=load, load_q=np.asarray(params.load_q) * np.where(np.arange(6)[:, None] == 2, 10.0, 1.0))
+    else:
+        params = params.replace(load_p=jnp.asarray(load, params.load_p.dtype), load_q=params.load_q.at[:, 2].multiply(10.0))
+    obs, state = env.reset(jax.random.key(0), params)
+    out = jax.jit(lambda s, a: scan_rollout(env, jax.random.key(1), s, params, a))(state, jnp.zeros((6, env.action_space(params).shape[0])))
+    _, obs_t, rew, costs, done, info = out
+    diverged = np.asarray(costs[:, env.constraint_names(params).index("ac_diverged")])
+    assert diverged[2] == 1.0 and diverged[[0, 1, 3, 4, 5]].sum() == 0.0
+    for x in (obs_t, rew, costs):
+        assert np.all(np.isfinite(np.asarray(x)))
+
+
 def test_load_profiles_are_seeded_double_peak():
     p1 = make_trans_params("14", n_days=3, seed=1)
     p2 = make_trans_params("14", n_days=3, seed=1)
@@ -222,7 +266,7 @@ def test_load_profiles_are_seeded_double_peak():
 def test_bad_params():
     with pytest.raises(ValueError, match=r"load_p and load_q must have shape \[n_days, 48, 14\]"):
         make_trans_params("14", load_p=np.ones((2, 10, 14)))
-    with pytest.raises(ValueError, match="max_steps must be >= 1"):
+    with pytest.raises(ValueError, match="max_steps must be an integer >= 1"):
         make_trans_params("14", max_steps=0)
     with pytest.raises(ValueError, match="ac_method must be 'chord' or 'newton'"):
         make_trans_params("14", ac=True, ac_method="gauss")

@@ -1,7 +1,7 @@
 """Grid case data: `load_case(name_or_path)` and `list_cases()`.
 
 Shipped cases (see `data/PROVENANCE.md`): transmission 5, 9, 14, 30, 57, 118;
-distribution 33bw. Names may be given as "14" or "case14".
+distribution feeders 33bw and 141. Names may be given as "14" or "case14".
 """
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ def load_case(name_or_path: str | int | Path) -> Case:
     key = str(name_or_path)
     path = Path(key)
     if path.suffix == ".m" or path.exists():
+        if path.is_dir():
+            raise ValueError(f"{path} is a directory; pass a MATPOWER .m case file or a shipped case name "
+                             f"({', '.join(list_cases())})")
         if not path.is_file():
             raise FileNotFoundError(f"case file {path} does not exist")
         return read_case_file(path)

@@ -246,6 +246,19 @@ def _index_case(name, base, bus, gen, branch, gencost, raw) -> Case:
         branch_rows=branch_rows,
     )
     _check_connected(case)
+    for key, mat, rows in (("bus", case.bus, np.arange(case.n_bus)), ("gen", case.gen, case.gen_rows),
+                           ("branch", case.branch, case.branch_rows)):
+        bad = np.argwhere(np.isnan(mat))
+        if bad.size:
+            r, c = bad[0]
+            raise CaseFormatError(f"{name}, line {line(key)}: mpc.{key} row {int(rows[r]) + 1}, column {c + 1} is NaN; "
+                                  "every entry must be a number")
+    pmin, pmax = case.gen[:, PMIN], case.gen[:, PMAX]
+    bad = np.flatnonzero(~np.isfinite(pmax) | ~np.isfinite(pmin) | (pmin > pmax))
+    if bad.size:
+        k = bad[0]
+        raise CaseFormatError(f"{name}, line {line('gen')}: generator row {int(case.gen_rows[k]) + 1} has Pmin {pmin[k]:g} "
+                              f"and Pmax {pmax[k]:g} MW; both must be finite with Pmin <= Pmax")
     if np.any(case.branch[:, BR_X] == 0):
         k = int(case.branch_rows[np.flatnonzero(case.branch[:, BR_X] == 0)[0]])
         raise CaseFormatError(f"{name}, line {line('branch')}: branch row {k + 1} has zero reactance x; DC power flow needs x != 0")

@@ -26,11 +26,9 @@ import numpy as np
 from flax import struct
 
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
-from evogrid.envs.profiles import daily_load_shape, daily_price_profiles, daily_pv_profiles, time_features
+from evogrid.envs.profiles import check_days, daily_load_shape, daily_price_profiles, daily_pv_profiles, time_features
 from evogrid.envs.spaces import Box
-from evogrid.physics import Battery, battery_step, make_battery
-from evogrid.physics._common import as_float
-from evogrid.utils.jax_utils import uniform_index
+from evogrid.physics import Battery, as_float, battery_step, make_battery
 
 
 @struct.dataclass
@@ -77,8 +75,11 @@ class DCMGParams(EnvParams):
 class DCMicrogridEnv(Environment):
     """Data-centre microgrid. Use with `make_dcmg_params()`."""
 
-    def reset_env(self, key, params: DCMGParams):
-        day = uniform_index(key, params.it_arrival.shape[0])
+    def num_days(self, params: DCMGParams) -> int:
+        return params.it_arrival.shape[0]
+
+    def reset_to_day(self, day, params: DCMGParams):
+        day = jnp.asarray(day, jnp.int32)
         state = DCMGState(time_step=jnp.int32(0), day=day, soc=params.soc_init, temp=params.temp_init,
                           queue=jnp.zeros(params.deadline_steps, params.it_arrival.dtype))
         return self._obs(state, params), state
@@ -173,6 +174,7 @@ def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *,
 
     Fuel use defaults follow a common diesel approximation (0.08 l/h per kW rating idle, 0.23 l/kWh);
     diesel emits 2.68 kg CO2 per litre. Outdoor temperature: a daily sine between 15 and 30 degC."""
+    check_days(max_steps, delta_t_hours, n_days)
     if not 0.0 <= deferrable <= 1.0 or deadline_steps < 1:
         raise ValueError(f"need 0 <= deferrable <= 1 and deadline_steps >= 1, got {deferrable}, {deadline_steps}")
     if set_range[0] >= set_range[1] or cop <= 0 or c_th_mwh_per_degc <= 0 or tau_hours <= 0:

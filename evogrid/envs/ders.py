@@ -16,6 +16,7 @@ Exported energy (negative import) earns the same price. Cost channels:
   soc       clipped battery energy (MWh) this step, plus at the end of the day the energy by which
             the batteries end below their starting charge (so a policy cannot sell the stored
             energy it was given and call it profit)
+  ac_diverged  1 when the feeder's power flow did not converge
 """
 from __future__ import annotations
 
@@ -28,8 +29,7 @@ from evogrid.envs.dist import DistGridEnv, DistParams, DistState, bus_rows, feed
 from evogrid.envs.environment import sanitize_action
 from evogrid.envs.profiles import daily_price_profiles
 from evogrid.envs.spaces import Box
-from evogrid.physics import Battery, battery_step, make_battery
-from evogrid.physics._common import as_float
+from evogrid.physics import Battery, as_float, battery_step, make_battery
 
 
 @struct.dataclass
@@ -64,7 +64,7 @@ class DEREnv(DistGridEnv):
         new = DERState(time_step=t + 1, day=state.day, vm=flow["vm"], va=flow["va"], soc=soc)
         info = dict(info, battery_mw=jnp.sum(p_bat), battery_clipped_mw=jnp.sum(clipped), price=price,
                     nonfinite_actions=n_bad, cost_dollars=dollars)
-        costs = jnp.concatenate([flow["costs"], soc_cost[None]])
+        costs = jnp.concatenate([flow["costs"][:2], soc_cost[None], flow["costs"][2:]])
         return self._obs(new, params), new, -dollars * params.reward_scale, costs, done, info
 
     def start_state(self, day, params: DERParams) -> DERState:
@@ -85,7 +85,7 @@ class DEREnv(DistGridEnv):
         return Box(-1.0, 1.0, (n,))
 
     def constraint_names(self, params: DERParams) -> tuple[str, ...]:
-        return ("voltage", "thermal", "soc")
+        return ("voltage", "thermal", "soc", "ac_diverged")
 
     def agent_specs(self, params: DERParams) -> dict:
         """DistGridEnv's flexible-load and PV agents plus one agent per battery (`bat_j`), which sees its
@@ -109,7 +109,7 @@ def make_der_params(case: Case | str = "141", max_steps: int = 48, delta_t_hours
                     flex_buses=(61, 69, 107, 112), shift_max: float = 0.2, n_days: int = 16, seed: int = 0,
                     v_min: float = 0.95, v_max: float = 1.05, price_tariff=(40.0, 70.0, 130.0),
                     loss_price: float = 20.0, discomfort_price: float = 30.0, reward_scale: float = 0.01,
-                    sweeps: int = 8) -> DERParams:
+                    sweeps: int = 30) -> DERParams:
     """Parameters of `DEREnv`. Bus numbers are the case file's. Battery sizes may be scalars or one per
     battery. Loads, PV and the time-of-use price (`price_tariff` = off-peak, shoulder, peak $/MWh) are
     seeded synthetic days; start-of-day states are solved once here."""

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from evogrid.utils.jax_utils import stop_obs_state_gradient, tree_where
+from evogrid.utils.jax_utils import stop_obs_state_gradient, tree_where, uniform_index
 
 
 @struct.dataclass
@@ -86,7 +86,16 @@ class Environment:
 
     # --- to be written by subclasses -------------------------------------------------
     def reset_env(self, key, params):
-        raise NotImplementedError
+        """A fresh episode on a day drawn uniformly from the params' days (tasks with days write
+        `num_days` and `reset_to_day`; others override this)."""
+        return self.reset_to_day(uniform_index(key, self.num_days(params)), params)
+
+    def reset_to_day(self, day, params):
+        """(obs, state) at the start of day `day` (an int32 index into the params' days)."""
+        raise NotImplementedError(f"{type(self).__name__} has no days to start from")
+
+    def num_days(self, params) -> int:
+        raise NotImplementedError(f"{type(self).__name__} has no days")
 
     def step_env(self, key, state, action, params):
         raise NotImplementedError

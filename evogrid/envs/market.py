@@ -23,12 +23,11 @@ from flax import struct
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, PMAX
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
-from evogrid.envs.profiles import daily_load_profiles, time_features
+from evogrid.envs.profiles import check_days, daily_load_profiles, time_features
 from evogrid.envs.spaces import Box
-from evogrid.physics import generation_cost, make_dc_network, make_gen_cost
-from evogrid.physics._common import as_float
+from evogrid.physics import as_float, generation_cost, make_dc_network, make_gen_cost
 from evogrid.physics.market import DCOPF, dc_opf, make_dcopf, merit_order
-from evogrid.utils.jax_utils import stop_obs_state_gradient, uniform_index
+from evogrid.utils.jax_utils import stop_obs_state_gradient
 
 
 @struct.dataclass
@@ -60,8 +59,11 @@ class MarketParams(EnvParams):
 class GenCoMarketEnv(Environment):
     """Generation-company market. Use with `make_market_params(case)`."""
 
-    def reset_env(self, key, params: MarketParams):
-        day = uniform_index(key, params.load.shape[0])
+    def num_days(self, params: MarketParams) -> int:
+        return params.load.shape[0]
+
+    def reset_to_day(self, day, params: MarketParams):
+        day = jnp.asarray(day, jnp.int32)
         state = MarketState(time_step=jnp.int32(0), day=day, lmp=jnp.zeros(params.load.shape[-1], params.load.dtype))
         return self._obs(state, params), state
 
@@ -159,6 +161,7 @@ def make_market_params(case: Case | str = "5", max_steps: int = 48, delta_t_hour
                        reward_scale: float = 1e-3) -> MarketParams:
     """Parameters of `GenCoMarketEnv`. `companies`: tuples of unit indices (0-based, case order), one
     per company; default one company per unit. `clearing`: "dcopf" or "merit"."""
+    check_days(max_steps, delta_t_hours, n_days)
     case = load_case(case) if not isinstance(case, Case) else case
     if clearing not in ("dcopf", "merit"):
         raise ValueError(f"clearing must be 'dcopf' or 'merit', got {clearing!r}")

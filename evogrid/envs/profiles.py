@@ -1,7 +1,18 @@
-"""Seeded synthetic time series (built once in NumPy at set-up; nothing is downloaded)."""
+"""Seeded synthetic time series (built once in NumPy at set-up; nothing is downloaded), and the day checks
+every task's `make_*_params` shares."""
 from __future__ import annotations
 
 import numpy as np
+
+
+def check_days(max_steps, delta_t_hours, n_days) -> None:
+    """Refuse a horizon, step length or day count that cannot make a task, naming the argument."""
+    if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+        raise ValueError(f"max_steps must be an integer >= 1 (steps per episode), got {max_steps!r}")
+    if not isinstance(delta_t_hours, (int, float)) or not np.isfinite(delta_t_hours) or delta_t_hours <= 0:
+        raise ValueError(f"delta_t_hours must be a positive number of hours, got {delta_t_hours!r}")
+    if not isinstance(n_days, (int, np.integer)) or n_days < 1:
+        raise ValueError(f"n_days must be an integer >= 1 (days of profiles), got {n_days!r}")
 
 
 def daily_load_shape(n_steps: int, delta_t_hours: float) -> np.ndarray:

@@ -7,12 +7,14 @@ in-service unit at the reference bus) ignores its action and absorbs the
 imbalance, as the power flow's slack bus does. Physics per step:
 
 * DC mode (default): DC power flow through a PTDF built once at set-up.
-* AC mode (`ac=True`): the Newton-Raphson kernel with `ac_iters` fixed
-  iterations, warm started from the previous step's voltages; losses are borne
-  by the slack. `ac_method="chord"` (default) keeps the Jacobian fixed at the
-  case's solved base point, so an iteration is a matrix-vector product rather
-  than an LU factorisation; "newton" refactorises every iteration. Both stop at
-  the same solution; `info["converged"]` and the `ac_diverged` cost say if not.
+* AC mode (`ac=True`): the Newton-Raphson kernel, at most `ac_iters` iterations
+  (stopping when the mismatch meets the dtype's tolerance), warm started from the
+  previous step's voltages; losses are borne by the slack. `ac_method="chord"`
+  (default) keeps the Jacobian fixed at the case's solved base point, so an
+  iteration is a matrix-vector product rather than an LU factorisation; "newton"
+  refactorises every iteration. Both stop at the same solution; `info["converged"]`
+  and the `ac_diverged` cost say if not, and a step without a solution keeps the
+  previous voltages so that every output stays finite.
 
 reward = -(generation cost in $ over the step) * reward_scale, with each unit's
 cost taken at max(P, Pmin): a slack pushed below its minimum by over-generation
@@ -35,12 +37,13 @@ from flax import struct
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, QG, RAMP_30, VMAX, VMIN
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
-from evogrid.envs.profiles import daily_load_profiles, time_features
+from evogrid.envs.profiles import check_days, daily_load_profiles, time_features
 from evogrid.envs.spaces import Box
 from evogrid.physics import (
     ACNetwork,
     DCNetwork,
     GenCost,
+    as_float,
     branch_flows,
     bus_injections,
     dc_line_flows,
@@ -51,8 +54,6 @@ from evogrid.physics import (
     make_gen_cost,
     newton_raphson,
 )
-from evogrid.physics._common import as_float
-from evogrid.utils.jax_utils import uniform_index
 
 
 @struct.dataclass
@@ -92,16 +93,17 @@ class TransParams(EnvParams):
     time_features: jnp.ndarray = None  # [max_steps + 1, 3] sin, cos of time of day, episode progress
     base_mva: float = struct.field(pytree_node=False, default=100.0)
     ac: bool = struct.field(pytree_node=False, default=False)
-    ac_iters: int = struct.field(pytree_node=False, default=5)
+    ac_iters: int = struct.field(pytree_node=False, default=10)
 
 
 class TransGridEnv(Environment):
     """Transmission dispatch. Use with `make_trans_params(case)`."""
 
-    def reset_env(self, key, params: TransParams):
-        day = uniform_index(key, params.load_p.shape[0])
-        state = jax.tree_util.tree_map(lambda x: x[day], params.init)
-        return params.init_obs[day], state
+    def num_days(self, params: TransParams) -> int:
+        return params.load_p.shape[0]
+
+    def reset_to_day(self, day, params: TransParams):
+        return params.init_obs[day], jax.tree_util.tree_map(lambda x: x[day], params.init)
 
     def step_env(self, key, state: TransState, action, params: TransParams):
         action, n_bad = sanitize_action(action)
@@ -176,8 +178,11 @@ def _solve(pg, load_p, load_q, state, params: TransParams):
     gen_q = params.qg @ params.gen_incidence
     s_bus = ((gen_p - load_p) + 1j * (gen_q - load_q)) / params.base_mva
     v0 = (state.vm * jnp.exp(1j * state.va)).astype(params.acn.v0.dtype)
-    v, converged, _ = newton_raphson(params.acn, s_bus, v0, iters=params.ac_iters, tol=_ac_tol(pg.dtype),
-                                     jacobian_inverse=params.ac_jinv)
+    v, converged, _ = newton_raphson(params.acn, s_bus, v0, iters=params.ac_iters, jacobian_inverse=params.ac_jinv)
+    # no solution (or a non-finite one): keep the previous voltages, so every output stays finite and the
+    # next step starts from a sane point; the step is reported by `ac_diverged`
+    converged = converged & jnp.all(jnp.isfinite(v.real) & jnp.isfinite(v.imag))
+    v = jnp.where(converged, v, v0)
     s_inj = bus_injections(params.acn, v)
     ref = params.slack @ params.gen_incidence  # [n_bus] one-hot of the ref bus
     ps = jnp.sum((s_inj.real + load_p - gen_p) * ref)
@@ -186,17 +191,13 @@ def _solve(pg, load_p, load_q, state, params: TransParams):
     return others + ps * params.slack, flow, jnp.abs(v), jnp.angle(v), {"converged": converged.astype(pg.dtype)}
 
 
-def _ac_tol(dtype):
-    return 1e-8 if dtype == jnp.float64 else 1e-4
-
-
 def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: float = 0.5, *, ac: bool = False,
                       ac_method: str = "chord", ac_iters: int | None = None, n_days: int = 16, seed: int = 0, reward_scale: float = 1e-3,
                       default_ramp_per_hour: float = 0.5, load_p=None, load_q=None) -> TransParams:
     """Parameters of `TransGridEnv` for a case.
 
     Loads: `n_days` seeded synthetic days ([n_days, max_steps, n_bus], double-peak
-    shape, peak at the case's Pd, per-bus noise), or pass `load_p` (and `load_q`)
+    shape, peak at the case's Pd, per-bus noise), or pass `load_p` (and `load_q`; without it each bus keeps the case's power factor)
     yourself. Ramp limits: MATPOWER's RAMP_30 where the case has it (scaled to
     the step), else `default_ramp_per_hour` * Pmax per hour.
 
@@ -208,22 +209,26 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     case = load_case(case) if not isinstance(case, Case) else case
     if ac_method not in ("chord", "newton"):
         raise ValueError(f"ac_method must be 'chord' or 'newton', got {ac_method!r}")
-    ac_iters = ac_iters or {"chord": 10, "newton": 5}[ac_method]
-    if max_steps < 1 or delta_t_hours <= 0:
-        raise ValueError(f"max_steps must be >= 1 and delta_t_hours > 0, got {max_steps}, {delta_t_hours}")
+    ac_iters = ac_iters or {"chord": 30, "newton": 10}[ac_method]  # maxima: the solver stops when converged
+    check_days(max_steps, delta_t_hours, n_days)
     if load_p is None:
         load_p = daily_load_profiles(case.bus[:, PD], n_days, max_steps, delta_t_hours, seed=seed)
-        load_q = load_p * np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
     load_p = np.asarray(load_p, float)
-    load_q = np.zeros_like(load_p) if load_q is None else np.asarray(load_q, float)
+    if load_q is None:  # each bus keeps the case's own power factor (Qd / Pd; 0 where Pd is 0)
+        load_q = load_p * np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
+    load_q = np.asarray(load_q, float)
     want = (max_steps, case.n_bus)
     if load_p.ndim != 3 or load_p.shape[1:] != want or load_q.shape != load_p.shape:
         raise ValueError(f"load_p and load_q must have shape [n_days, {want[0]}, {want[1]}], got {load_p.shape} and {load_q.shape}")
     gen = case.gen
     ramp = np.where(gen[:, RAMP_30] > 0, gen[:, RAMP_30] * delta_t_hours / 0.5,
                     default_ramp_per_hour * gen[:, PMAX] * delta_t_hours)
+    at_ref = np.flatnonzero(case.gen_bus == case.ref_bus)
+    if at_ref.size == 0:
+        raise ValueError(f"{case.name}: the reference bus {case.bus_ids[case.ref_bus]} has no in-service generator; "
+                         "the dispatch task needs one there to balance the system (the slack unit)")
     slack = np.zeros(case.n_units)
-    slack[np.flatnonzero(case.gen_bus == case.ref_bus)[0]] = 1.0
+    slack[at_ref[0]] = 1.0
     params = TransParams(
         max_steps=max_steps, delta_t_hours=delta_t_hours, base_mva=case.base_mva, ac=ac, ac_iters=ac_iters,
         load_p=as_float(load_p), load_q=as_float(load_q),
@@ -249,7 +254,7 @@ def _base_case_jacobian_inverse(case: Case, acn: ACNetwork) -> jnp.ndarray:
     s_gen = np.zeros(case.n_bus, complex)
     np.add.at(s_gen, case.gen_bus, case.gen[:, PG] + 1j * case.gen[:, QG])
     s_bus = (s_gen - case.bus[:, PD] - 1j * case.bus[:, QD]) / case.base_mva
-    v, converged, _ = newton_raphson(acn, jnp.asarray(s_bus, acn.v0.dtype), iters=10, tol=_ac_tol(acn.v0.real.dtype))
+    v, converged, _ = newton_raphson(acn, jnp.asarray(s_bus, acn.v0.dtype), iters=10)
     if not bool(converged):
         raise ValueError(f"{case.name}: the case's own operating point has no AC solution; use ac_method='newton'")
     return jnp.linalg.inv(jacobian(acn, v))

@@ -4,6 +4,7 @@ Each `make_*` runs once at set-up in NumPy (float64) and returns a pytree of
 arrays in JAX's default float dtype (float32, or float64 with x64 enabled);
 the solvers are jit/vmap-safe functions of those arrays.
 """
+from evogrid.physics._common import as_float
 from evogrid.physics.ac import ACNetwork, branch_flows, bus_injections, jacobian, make_ac_network, newton_raphson
 from evogrid.physics.battery import Battery, battery_limits, battery_step, make_battery
 from evogrid.physics.cost import GenCost, generation_cost, make_gen_cost
@@ -11,7 +12,7 @@ from evogrid.physics.dc import DCNetwork, dc_line_flows, dc_power_flow, make_dc_
 from evogrid.physics.radial import RadialNetwork, backward_forward_sweep, make_radial_network
 
 __all__ = [
-    "ACNetwork", "Battery", "DCNetwork", "GenCost", "RadialNetwork",
+    "ACNetwork", "Battery", "as_float", "DCNetwork", "GenCost", "RadialNetwork",
     "backward_forward_sweep", "battery_limits", "battery_step", "branch_flows", "bus_injections", "dc_line_flows", "dc_power_flow", "generation_cost", "jacobian",
     "make_ac_network", "make_battery", "make_dc_network", "make_gen_cost", "make_radial_network", "newton_raphson",
 ]

@@ -1,11 +1,11 @@
-"""AC power flow by Newton-Raphson in polar coordinates (MATPOWER's newtonpf), fixed iteration count.
+"""AC power flow by Newton-Raphson in polar coordinates (MATPOWER's newtonpf).
 
-The iteration count is static, so the solver vmaps without waiting for the
-slowest member of a batch (no while-loop); the result carries a converged flag
-(max |mismatch| below `tol` p.u. after the last iteration). Bus types follow
-MATPOWER's `bustypes`: a PV or reference bus with no in-service generator is
-treated as PQ. Generator reactive limits are not enforced (MATPOWER's default,
-ENFORCE_Q_LIMS = 0).
+The solver iterates until the largest mismatch is below `tol` p.u. or `iters` (a static
+maximum) is reached, with a `lax.while_loop`; under vmap the loop runs until the slowest
+member of the batch has converged, members that converged are held. The result carries a
+converged flag. Tolerances follow the dtype (`default_tol`). Bus types follow MATPOWER's
+`bustypes`: a PV or reference bus with no in-service generator is treated as PQ. Generator
+reactive limits are not enforced here (MATPOWER's default, ENFORCE_Q_LIMS = 0).
 """
 from __future__ import annotations
 
@@ -66,7 +66,8 @@ def make_ac_network(case: Case) -> ACNetwork:
     v0 = case.bus[:, VM] * np.exp(1j * np.deg2rad(case.bus[:, VA]))
     gen_at = np.concatenate([ref, pv])
     vg = np.zeros(n)
-    vg[case.gen_bus[::-1]] = case.gen[::-1, VG]  # first generator's set-point wins, as in MATPOWER
+    vg[case.gen_bus] = case.gen[:, VG]  # with several units on a bus the last one's set-point wins, as in MATPOWER's
+    # runpf: V0(gbus) = gen(on, VG) ./ abs(V0(gbus)) .* V0(gbus) assigns in generator order
     v0[gen_at] = vg[gen_at] * v0[gen_at] / np.abs(v0[gen_at])
     cx = lambda a: jnp.asarray(a, dtype=complex_dtype())  # noqa: E731
     return ACNetwork(
@@ -96,8 +97,14 @@ def jacobian(net: ACNetwork, v):
     return jnp.block([[j11, j12], [j21, j22]])
 
 
-def newton_raphson(net: ACNetwork, s_bus: jnp.ndarray, v0: jnp.ndarray | None = None, iters: int = 10, tol: float = 1e-8,
-                   jacobian_inverse: jnp.ndarray | None = None):
+def default_tol(dtype) -> float:
+    """Mismatch tolerance in p.u. that the dtype can reach: 1e-8 in float64 (MATPOWER's default), 1e-4 in
+    float32 (round-off of V conj(Ybus V) with admittances up to ~1e3 p.u. is ~1e-5)."""
+    return 1e-8 if jnp.finfo(dtype).bits == 64 else 1e-4
+
+
+def newton_raphson(net: ACNetwork, s_bus: jnp.ndarray, v0: jnp.ndarray | None = None, iters: int = 10,
+                   tol: float | None = None, jacobian_inverse: jnp.ndarray | None = None):
     """Solve S_bus = V * conj(Ybus V) for the bus voltages.
 
     Args:
@@ -105,32 +112,48 @@ def newton_raphson(net: ACNetwork, s_bus: jnp.ndarray, v0: jnp.ndarray | None = 
         unknowns of the problem (P at the reference bus, Q at PV and reference buses) are ignored.
       v0: [n_bus] complex starting point (default `net.v0`); its magnitudes at PV and
         reference buses, and its angle at the reference bus, are held fixed.
-      iters: static number of Newton steps. tol: convergence threshold in p.u.
+      iters: static maximum number of steps; the loop stops earlier once max |mismatch| < tol.
+      tol: convergence threshold in p.u. (default: `default_tol` of the dtype).
       jacobian_inverse: optional [m, m] inverse of `jacobian(net, v_ref)` at some nearby solved
         state. Given it, the solver runs the chord method (the same update with this fixed
         matrix): each step is a matrix-vector product instead of an LU factorisation (~60x
-        fewer flops on case118), convergence is linear instead of quadratic, and the fixed
-        point, hence the answer, is the same. Check `converged`.
+        fewer flops on case118), convergence is linear instead of quadratic (allow more
+        steps), and the fixed point, hence the answer, is the same. Check `converged`.
     Returns:
       (v [n_bus] complex, converged bool, max_mismatch p.u.)
     """
     v0 = net.v0 if v0 is None else v0
-    npvpq = net.pvpq.shape[0]
-    if jacobian_inverse is None:
-        step_matrix = lambda v, f: jnp.linalg.solve(jacobian(net, v), f)  # noqa: E731
-    else:
-        step_matrix = lambda v, f: jacobian_inverse @ f  # noqa: E731
+    tol = default_tol(v0.real.dtype) if tol is None else tol
     s_bus = s_bus.astype(v0.dtype)
 
-    def newton_step(v, _):
-        dx = step_matrix(v, _mismatch(net, v, s_bus))
-        va = jnp.angle(v).at[net.pvpq].add(-dx[:npvpq])
-        vm = jnp.abs(v).at[net.pq].add(-dx[npvpq:])
-        return vm * jnp.exp(1j * va).astype(v.dtype), None
+    def keep_going(carry):
+        i, _, f = carry
+        return (i < iters - 1) & (jnp.max(jnp.abs(f)) >= tol)  # False once converged, or on NaN
 
-    v, _ = jax.lax.scan(newton_step, v0, None, length=iters)
-    worst = jnp.max(jnp.abs(_mismatch(net, v, s_bus)))
-    return v, worst < tol, worst
+    # the loop sees constants only (no derivative flows through it; see the step after it)
+    fixed_net, s_fixed, fixed_jinv, v_start = jax.lax.stop_gradient((net, s_bus, jacobian_inverse, v0))
+
+    def newton_step(carry):
+        i, v, f = carry
+        v = _newton_update(fixed_net, v, f, fixed_jinv)
+        return i + 1, v, _mismatch(fixed_net, v, s_fixed)
+
+    _, v, _ = jax.lax.while_loop(keep_going, newton_step, (jnp.int32(0), v_start, _mismatch(fixed_net, v_start, s_fixed)))
+    # one more step, outside the loop, from the loop's (gradient-stopped) point: it takes a converged
+    # point to the dtype's round-off, and it carries the implicit-function derivative
+    # dV/dS = -J^-1 dF/dS through the solution, so the solver is differentiable (reverse mode too)
+    v = _newton_update(net, v, _mismatch(net, v, s_bus), jacobian_inverse)
+    mismatch = jnp.max(jnp.abs(_mismatch(net, v, s_bus)))
+    return v, mismatch < tol, mismatch
+
+
+def _newton_update(net: ACNetwork, v, f, jacobian_inverse):
+    """One (full or chord) Newton update of the voltages from the mismatch f at v."""
+    npvpq = net.pvpq.shape[0]
+    dx = jnp.linalg.solve(jacobian(net, v), f) if jacobian_inverse is None else jacobian_inverse @ f
+    va = jnp.angle(v).at[net.pvpq].add(-dx[:npvpq])
+    vm = jnp.abs(v).at[net.pq].add(-dx[npvpq:])
+    return vm * jnp.exp(1j * va).astype(v.dtype)
 
 
 def bus_injections(net: ACNetwork, v: jnp.ndarray) -> jnp.ndarray:

@@ -6,6 +6,7 @@ step that restores.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
@@ -28,13 +29,26 @@ def _unpack(restored, template):
     return jax.tree_util.tree_map(lambda r, t: t if t.size == 0 else r, restored, template)
 
 
+@contextlib.contextmanager
+def _quiet_orbax():
+    loggers = [logging.getLogger(name) for name in ("absl", "orbax", "orbax.checkpoint", "tensorstore")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
 class Checkpointer:
     def __init__(self, directory: str | Path, config: dict, max_to_keep: int = 3):
         self.directory = Path(directory).absolute()
         self.config = json.loads(json.dumps(config))  # canonical JSON types for comparison
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False)
-        logging.getLogger("absl").setLevel(logging.WARNING)
-        self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "config"))
+        with _quiet_orbax():
+            self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "config"))
 
     def save(self, step: int, state) -> None:
         self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(_pack(state)),
@@ -42,7 +56,8 @@ class Checkpointer:
         self.manager.wait_until_finished()
 
     def steps(self) -> list[int]:
-        self.manager.reload()
+        with _quiet_orbax():
+            self.manager.reload()
         return sorted(self.manager.all_steps())
 
     def restore_latest(self, template, log=None):
@@ -57,6 +72,10 @@ class Checkpointer:
         steps = self.steps()
         if not steps:
             return None
+        with _quiet_orbax():  # a damaged step is reported once, by `log`, not by orbax's own error logs
+            return self._restore_newest(steps, template, log)
+
+    def _restore_newest(self, steps, template, log):
         abstract = jax.tree_util.tree_map(ocp.utils.to_shape_dtype_struct, _pack(template))
         errors = []
         for step in reversed(steps):

@@ -34,7 +34,7 @@ def _describe(tp) -> str:
     if origin in (typing.Union, types.UnionType):
         return " or ".join(_describe(a) for a in typing.get_args(tp))
     if origin is tuple:
-        return f"a list of {_describe(typing.get_args(tp)[0])}"
+        return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(typing.get_args(tp)[0], "values")
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false",
             type(None): "null"}.get(tp, str(tp))
 

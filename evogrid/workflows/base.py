@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from evogrid.envs.wrappers import TrainingWrapper
@@ -113,6 +114,10 @@ class Workflow:
         names = self.metric_names()
         for gen in range(start, generations):
             state, metrics = self.step(state)
+            bad = _first_nan(state)
+            if bad is not None:
+                raise FloatingPointError(f"{self.unit} {gen + 1}: the run state holds NaN in {bad} (the search diverged); "
+                                         f"the last checkpoint before it is kept; try a smaller step size or sigma")
             row = {"generation": gen + 1, **flatten_row(_to_python(metrics), names)}
             history.append(row)
             if files:
@@ -133,6 +138,21 @@ class Workflow:
         if tb is not None:
             tb.close()
         return state, history
+
+
+@jax.jit
+def _nan_flags(state):
+    return [jnp.any(jnp.isnan(x)) for x in jax.tree_util.tree_leaves(state) if jnp.issubdtype(x.dtype, jnp.inexact)]
+
+
+def _first_nan(state) -> str | None:
+    """The path of the first state field holding NaN, or None (one fused reduction, then a small host copy)."""
+    flags = np.asarray(jax.device_get(_nan_flags(state)))
+    if not flags.any():
+        return None
+    paths = [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_leaves_with_path(state)
+             if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return paths[int(np.argmax(flags))]
 
 
 def _say(message: str) -> None:

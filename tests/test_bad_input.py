@@ -1,0 +1,152 @@
+"""Bad input gets a one-line error that names the field and what is allowed, and changes nothing on disk."""
+import json
+import math
+import os
+
+import jax.numpy as jnp
+import pytest
+
+from evogrid import cli
+from evogrid.case import CaseFormatError, load_case, parse_matpower
+from evogrid.envs import make, make_trans_params
+from evogrid.workflows import ECConfig, ECWorkflow, PPOConfig
+
+SMALL = ["--task", "tso-case5", "--pop", "4", "--episodes", "1", "--hidden", "4", "--checkpoint-every", "1"]
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: ECConfig(sigma=math.nan), r"sigma must be a finite number, got nan"),
+    (lambda: ECConfig(learning_rate=math.inf), r"learning_rate must be a finite number, got inf"),
+    (lambda: PPOConfig(gamma=1.5), r"gamma must be in \[0.0, 1.0\], got 1.5"),
+    (lambda: PPOConfig(learning_rate=math.nan), r"learning_rate must be a finite number, got nan"),
+    (lambda: ECConfig(algorithm="GA", mutation_rate=1.5), r"mutation_rate must be in \[0.0, 1.0\], got 1.5"),
+    (lambda: ECConfig(hidden=(0,)), r"hidden must be in \[1, inf\], got 0"),
+    (lambda: ECConfig(hidden=(-4,)), r"hidden must be in \[1, inf\], got -4"),
+    (lambda: ECConfig(constraint="lagrange"), r"constraint must be one of lagrangian, penalty, none, got 'lagrange'"),
+    (lambda: ECConfig.from_dict({"pop_size": "8"}), r"pop_size must be an integer, got '8'"),
+    (lambda: ECConfig.from_dict({"hidden": 32}), r"hidden must be a list of integers, got 32"),
+    (lambda: ECConfig.from_dict({"hidden": "32"}), r"hidden must be a list of integers, got '32'"),
+    (lambda: ECConfig.from_dict({"sigma": None}), r"sigma must be a number, got None"),
+    (lambda: ECConfig.from_dict([1, 2]), r"must be given as an object of key: value pairs, got list"),
+    (lambda: make("dcmg", max_steps=-3), r"max_steps must be an integer >= 1 \(steps per episode\), got -3"),
+    (lambda: make("dso-case33bw", max_steps=0), r"max_steps must be an integer >= 1"),
+    (lambda: make("gencos-case5", max_steps=0), r"max_steps must be an integer >= 1"),
+    (lambda: make("tso-case5", n_days=0), r"n_days must be an integer >= 1 \(days of profiles\), got 0"),
+    (lambda: make("tso-case5", delta_t_hours=math.nan), r"delta_t_hours must be a positive number of hours"),
+])
+def test_bad_values_name_the_field_and_the_range(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def _case_text(mutate):
+    """case5 as MATPOWER text with one matrix entry changed."""
+    from pathlib import Path
+
+    import evogrid.case as case_pkg
+
+    lines = (Path(case_pkg.__file__).parent / "data" / "case5.m").read_text().splitlines()
+    return "\n".join(mutate(lines))
+
+
+def _set_gen(lines, row, col, value):
+    start = next(i for i, line in enumerate(lines) if "mpc.gen = [" in line)
+    parts = lines[start + 1 + row].split()
+    parts[col] = value
+    lines[start + 1 + row] = "\t".join(parts[:-1]) + "\t" + parts[-1]
+    return lines
+
+
+@pytest.mark.parametrize("col, value, message", [
+    (8, "NaN", r"mpc.gen row 1, column 9 is NaN"),
+    (9, "500", r"generator row 1 has Pmin 500 and Pmax 40 MW; both must be finite with Pmin <= Pmax"),
+])
+def test_malformed_generator_data_is_refused(col, value, message):
+    with pytest.raises(CaseFormatError, match=message):
+        parse_matpower(_case_text(lambda ls: _set_gen(ls, 0, col, value)), "case5")
+
+
+def test_case_file_errors(tmp_path):
+    from evogrid.case.matpower import BUS_TYPE
+
+    with pytest.raises(ValueError, match="is a directory; pass a MATPOWER .m case file"):
+        load_case(tmp_path)
+    case = load_case("5")
+    case.bus[3, BUS_TYPE], case.bus[1, BUS_TYPE] = 2, 3  # the reference moves to bus 2, which has no generator
+    with pytest.raises(ValueError, match="reference bus 2 has no in-service generator"):
+        make_trans_params(case)
+
+
+def _run(capsys, *argv):
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_refused_commands_change_nothing(tmp_path, capsys):
+    run = tmp_path / "run"
+    code, _, err = _run(capsys, "train", *SMALL, "--generations", "2", "--out", str(run))
+    assert code == 0, err
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    # a resume with another config is refused, and config.json is left as it was
+    code, _, err = _run(capsys, "train", *SMALL, "--sigma", "0.2", "--generations", "3", "--out", str(run), "--resume")
+    assert code == 2 and "different config (differs in: sigma)" in err and err.count("\n") == 1
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    # a fresh run into an existing run, into a folder of the user's, under a file, or a resume of a typo
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "metrics.csv").write_text("the user's own data")
+    (tmp_path / "afile").write_text("x")
+    for argv, message in (([*SMALL, "--out", str(run)], "already holds checkpoints"),
+                          ([*SMALL, "--out", str(tmp_path / "mine")], "non-empty folder that is not an evogrid run"),
+                          ([*SMALL, "--out", str(tmp_path / "afile" / "sub")], "is not a writable directory"),
+                          ([*SMALL, "--out", str(tmp_path / "typo"), "--resume"], "does not exist")):
+        code, _, err = _run(capsys, "train", *argv, "--generations", "2")
+        assert code == 2 and message in err and err.count("\n") == 1, err
+    assert (tmp_path / "mine" / "metrics.csv").read_text() == "the user's own data"
+    assert not (tmp_path / "typo").exists()
+
+
+def test_resume_after_a_torn_metrics_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert _run(capsys, "train", *SMALL, "--generations", "2", "--out", str(run))[0] == 0
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"generation": 3, "fitness_m')  # a kill during an append
+    code, _, err = _run(capsys, "train", *SMALL, "--generations", "3", "--out", str(run), "--resume")
+    assert code == 0, err
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["generation"] for r in rows] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("config_text, message", [
+    ("{not json", "cannot evaluate"),
+    (json.dumps({"algorithm": "Open_ES", "popsize": 8}), "unknown config key(s) popsize"),
+    (json.dumps([1, 2]), "not an object of config keys"),
+    (json.dumps({"algorithm": "Open_ES", "task": "tso-case5", "pop_size": 4, "episodes_per_individual": 1,
+                 "hidden": [4], "sigma": 0.3}), "different config (differs in: sigma)"),
+])
+def test_eval_of_a_damaged_run_is_one_line(tmp_path, capsys, config_text, message):
+    run = tmp_path / "run"
+    assert _run(capsys, "train", *SMALL, "--generations", "1", "--out", str(run))[0] == 0
+    (run / "config.json").write_text(config_text)
+    code, _, err = _run(capsys, "eval", str(run))
+    assert code == 2 and message in err and err.count("\n") == 1, err
+
+
+def test_nan_in_the_search_state_stops_the_run_naming_generation_and_field(tmp_path):
+    env, params = make("tso-case5", max_steps=4, n_days=2)
+
+    class Broken(ECWorkflow):
+        def fitness(self, returns, costs, lagrangian):
+            return jnp.where(returns < jnp.inf, jnp.nan, returns)  # every fitness NaN
+
+    wf = Broken(ECConfig(task="tso-case5", pop_size=4, episodes_per_individual=1, hidden=(4,)), env, params)
+    with pytest.raises(FloatingPointError, match=r"generation 1: the run state holds NaN in \.es_state"):
+        wf.learn(wf.init(), 3, run_dir=tmp_path / "r", checkpoint_every=1, progress=False)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_unwritable_out_is_refused(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    code, _, err = _run(capsys, "train", *SMALL, "--generations", "1", "--out", str(locked / "run"))
+    assert code == 2 and "is not a writable directory" in err
