@@ -7,7 +7,8 @@ of the workflow registry (`evogrid.workflows.registry`), so a default lives in o
     evogrid train --algorithm ppo --help            # the options of one algorithm
     evogrid train --task gencos-case5 --algorithm coevo
     evogrid train --distributed --coordinator host0:12355 --num-processes 2 --process-id 0   # one per host
-    evogrid eval runs/cma5       # evaluate the run's best policy
+    evogrid eval runs/cma5       # the run's chosen policy on the test days, with the gap to the oracle
+    evogrid baseline --task tso-case14              # the oracle's and the myopic policy's figures
     evogrid config --algorithm ppo                  # every config key with its default and help
     evogrid rollout --task tso-case118-ac --envs 64 --steps 48   # random-policy throughput table
     evogrid cases                # shipped grid cases
@@ -225,22 +226,39 @@ def _train(argv: list[str]) -> int:
     from evogrid.utils.plots import learning_curve
 
     learning_curve(out, history, title=f"{config.task} · {config.algorithm} · seed {config.seed}")
-    print(_format_evaluation(workflow, ev))
+    result = _evaluation(workflow, ev)
+    (out / "eval.json").write_text(json.dumps(result, indent=1))
+    print(_format_evaluation(result))
     print(f"metrics: {out / 'metrics.jsonl'}, {out / 'metrics.csv'}; curve: {out / 'learning_curve.png'}; "
           f"checkpoints: {out / 'checkpoints'}")
     return 0
 
 
-def _format_evaluation(workflow, ev) -> str:
-    """Every evaluation figure on its own line; vector entries named (cost channels, companies)."""
+def _evaluation(workflow, ev) -> dict:
+    """The evaluation as plain numbers (per-day vectors kept as lists), with the gap to the task's oracle
+    and the myopic baseline's figures where the task has them."""
     import numpy as np
 
+    from evogrid import baselines
     from evogrid.utils.rundir import flatten_row
 
     names = dict(workflow.metric_names(), cost_channels=workflow.cost_names, profits=getattr(workflow, "agents", None))
-    flat = flatten_row({k: np.asarray(v).tolist() for k, v in ev.items()}, names)
-    width = max(len(k) for k in flat)
-    return "evaluation of the best policy:\n" + "\n".join(f"  {k:<{width}}  {v:.6g}" for k, v in flat.items())
+    days = {k: np.asarray(ev[k]).tolist() for k in ("day_return", "day_cost") if k in ev}
+    out = flatten_row({k: np.asarray(v).tolist() for k, v in ev.items() if k not in days}, names)
+    task = workflow.config.task
+    if baselines.supported(task) and not workflow._own_params:
+        report = baselines.baseline(task)
+        out["gap_to_oracle_pct"], out["gap_days"] = baselines.gap(report, days["day_return"])
+        s = report["summary"]
+        out.update(oracle_return=s["oracle_return"], myopic_return=s["myopic_return"],
+                   myopic_gap_pct=s["myopic_gap_pct"], myopic_feasible_share=s["myopic_feasible_share"])
+    return {**out, **days}
+
+
+def _format_evaluation(ev: dict, where: str = "test days") -> str:
+    shown = {k: v for k, v in ev.items() if not isinstance(v, list)}
+    width = max(len(k) for k in shown)
+    return f"evaluation of the chosen policy on the {where}:\n" + "\n".join(f"  {k:<{width}}  {v:.6g}" for k, v in shown.items())
 
 
 def _eval(args) -> int:
@@ -262,7 +280,34 @@ def _eval(args) -> int:
         raise UsageError(f"no checkpoint in {run / 'checkpoints'}")
     step, state = restored
     print(f"evogrid eval: {config.algorithm} on {config.task}, checkpoint of {workflow.unit} {step}")
-    print(_format_evaluation(workflow, workflow.evaluate(state)))
+    result = _evaluation(workflow, workflow.evaluate(state))
+    (run / "eval.json").write_text(json.dumps(result, indent=1))
+    print(_format_evaluation(result))
+    return 0
+
+
+def _baseline(args) -> int:
+    from evogrid import baselines
+
+    try:
+        report = baselines.baseline(args.task, split=args.split, refresh=args.refresh)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    s = report["summary"]
+    print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days (oracle: perfect-foresight multi-period "
+          f"DC-OPF, HiGHS; myopic: one-step DC-OPF within ramp limits)")
+    rows = [("oracle mean return", f"{s['oracle_return']:.4f}"),
+            ("oracle infeasible days", f"{s['infeasible_days']}"),
+            ("days with a binding line limit", f"{100 * s['line_binding_share']:.1f}%"),
+            ("days with a binding ramp limit", f"{100 * s['ramp_binding_share']:.1f}%"),
+            ("myopic mean return", f"{s['myopic_return']:.4f}"),
+            ("myopic feasible days", f"{100 * s['myopic_feasible_share']:.1f}%"),
+            ("myopic gap to the oracle", f"{s['myopic_gap_pct']:.3f}% of cost")]
+    width = max(len(r[0]) for r in rows)
+    print("\n".join(f"  {name:<{width}}  {value}" for name, value in rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+        print(f"written: {args.json}")
     return 0
 
 
@@ -311,6 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     ro.add_argument("--envs", type=int, default=256, help="parallel environments (default 256)")
     ro.add_argument("--steps", type=int, default=48, help="steps per episode (default 48 half-hours)")
     ro.add_argument("--seed", type=int, default=0)
+    ba = sub.add_parser("baseline", help="the task's optimisation oracle and myopic policy on its test days")
+    ba.add_argument("--task", required=True, help="task name, see `evogrid tasks`")
+    ba.add_argument("--split", default="test", choices=("train", "val", "test"))
+    ba.add_argument("--refresh", action="store_true", help="recompute instead of reading the cache")
+    ba.add_argument("--json", help="also write the full report (per-day figures) to this file")
     sub.add_parser("cases", help="list shipped grid cases")
     sub.add_parser("tasks", help="list task names for `make`")
     try:
@@ -319,7 +369,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "rollout" and (args.envs < 1 or args.steps < 1):
             parser.error("--envs and --steps must be positive")
-        return {"eval": _eval, "config": _config, "rollout": _rollout, "cases": _cases, "tasks": _tasks}[args.command](args)
+        commands = {"eval": _eval, "baseline": _baseline, "config": _config, "rollout": _rollout, "cases": _cases,
+                    "tasks": _tasks}
+        return commands[args.command](args)
     except UsageError as err:
         print(f"evogrid: {err}", file=sys.stderr)
         return 2

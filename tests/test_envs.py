@@ -145,7 +145,7 @@ def test_dc_dispatch_balance_ramp_and_costs():
     """Case5 in DC: balance, action mapping, ramp clipping and the cost channels by hand."""
     with jax.enable_x64(True):
         case = load_case("5")
-        params = make_trans_params(case, max_steps=4, n_days=2)
+        params = make_trans_params(case, max_steps=4, n_days=2, default_ramp_per_hour=0.5)
         action = jnp.array([1.0, -1.0, 0.0, 1.0, 0.3])
         state, (obs, new, reward, costs, done, info) = _one_step(params, action)
         load = np.asarray(params.load_p[0, 0])
@@ -158,9 +158,9 @@ def test_dc_dispatch_balance_ramp_and_costs():
         np.testing.assert_allclose(pg[1], max(0.0, prev[1] - 0.25 * 170.0))  # asked for Pmin
         slack = int(np.argmax(np.asarray(params.slack)))
         assert case.gen_bus[slack] == case.ref_bus
-        # cost: linear gencost c1 * max(P, Pmin) over 0.5 h (a slack below Pmin = 0 earns nothing), scaled by 1e-3
+        # cost: linear gencost c1 * P for every unit at its actual output (the slack too, whatever its sign), over 0.5 h, x 1e-3
         c1 = case.gencost[:, 4]
-        paid = np.maximum(pg, 0.0)
+        paid = pg
         np.testing.assert_allclose(float(info["gen_cost"]), np.sum(c1 * paid) * 0.5, rtol=1e-12)
         np.testing.assert_allclose(float(reward), -np.sum(c1 * paid) * 0.5 * 1e-3, rtol=1e-12)
         flow = np.asarray(new.flow)

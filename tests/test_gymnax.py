@@ -22,7 +22,7 @@ def test_cartpole_contract():
     assert int(final.time_step) == 60 - last_done - 1  # each fall auto-reset the episode and its step count
     with pytest.raises(ValueError, match="unknown gymnax environment 'CartPole-v9'"):
         make("gymnax:CartPole-v9")
-    with pytest.raises(ValueError, match="gymnax tasks take only max_steps, got n_days"):
+    with pytest.raises(ValueError, match=r"gymnax tasks take only max_steps \(and split, which they ignore\), got n_days"):
         make("gymnax:CartPole-v1", n_days=3)
     short_env, short = make("gymnax:CartPole-v1", max_steps=20)
     assert short.max_steps == 20 and short.inner.max_steps_in_episode == 20

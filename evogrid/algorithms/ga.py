@@ -11,7 +11,12 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from evogrid.operators import GaussianMutation, elite_indices, tournament_selection, uniform_crossover
+from evogrid.operators import (
+    GaussianMutation,
+    elite_indices,
+    tournament_selection,
+    uniform_crossover,
+)
 
 
 @struct.dataclass

@@ -15,7 +15,12 @@ import optax
 from flax import struct
 
 from evogrid.algorithms.base import make_optimizer
-from evogrid.algorithms.off_policy import ReplayAgent, ReplayHyperparams, soft_update, transition_example
+from evogrid.algorithms.off_policy import (
+    ReplayAgent,
+    ReplayHyperparams,
+    soft_update,
+    transition_example,
+)
 from evogrid.networks import MLP, MLPEnsemble
 from evogrid.utils.config import param
 from evogrid.utils.replay import ReplayBuffer

@@ -16,7 +16,12 @@ import optax
 from flax import struct
 
 from evogrid.algorithms.base import make_optimizer
-from evogrid.algorithms.off_policy import ReplayAgent, ReplayHyperparams, soft_update, transition_example
+from evogrid.algorithms.off_policy import (
+    ReplayAgent,
+    ReplayHyperparams,
+    soft_update,
+    transition_example,
+)
 from evogrid.networks import MLP, MLPEnsemble
 from evogrid.utils.config import param
 from evogrid.utils.jax_utils import tree_where

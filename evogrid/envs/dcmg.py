@@ -26,7 +26,14 @@ import numpy as np
 from flax import struct
 
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
-from evogrid.envs.profiles import check_days, daily_load_shape, daily_price_profiles, daily_pv_profiles, time_features
+from evogrid.envs.profiles import (
+    check_days,
+    daily_load_shape,
+    daily_price_profiles,
+    daily_pv_profiles,
+    split_days,
+    time_features,
+)
 from evogrid.envs.spaces import Box
 from evogrid.physics import Battery, as_float, battery_step, make_battery
 
@@ -160,7 +167,8 @@ def it_workload_profiles(n_days: int, n_steps: int, delta_t_hours: float, peak_m
     return np.clip(out, 0.0, None)
 
 
-def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *, n_days: int = 16, seed: int = 0,
+def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *, n_days: int = 64, seed: int = 0,
+                     split: str = "all",
                      it_peak_mw: float = 1.2, deferrable: float = 0.3, deadline_steps: int = 24,
                      pv_mw: float = 0.6, battery_mw: float = 0.5, battery_mwh: float = 1.0, eta_charge: float = 0.95,
                      eta_discharge: float = 0.95, soc_min: float = 0.1, soc_max: float = 0.9, soc_init: float = 0.5,
@@ -175,6 +183,7 @@ def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *,
     Fuel use defaults follow a common diesel approximation (0.08 l/h per kW rating idle, 0.23 l/kWh);
     diesel emits 2.68 kg CO2 per litre. Outdoor temperature: a daily sine between 15 and 30 degC."""
     check_days(max_steps, delta_t_hours, n_days)
+    days = split_days(n_days, split, seed)
     if not 0.0 <= deferrable <= 1.0 or deadline_steps < 1:
         raise ValueError(f"need 0 <= deferrable <= 1 and deadline_steps >= 1, got {deferrable}, {deadline_steps}")
     if set_range[0] >= set_range[1] or cop <= 0 or c_th_mwh_per_degc <= 0 or tau_hours <= 0:
@@ -185,10 +194,10 @@ def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *,
     t_out = 22.5 + 7.5 * np.sin(2 * np.pi * (hours - 9.0) / 24.0)  # coolest ~3 h, warmest ~15 h
     return DCMGParams(
         max_steps=max_steps, delta_t_hours=delta_t_hours, deadline_steps=deadline_steps,
-        it_arrival=as_float(it_workload_profiles(n_days, max_steps, delta_t_hours, it_peak_mw, seed)),
-        pv_avail=as_float(pv_mw * daily_pv_profiles(1, n_days, max_steps, delta_t_hours, seed)[..., 0]),
-        price=as_float(daily_price_profiles(n_days, max_steps, delta_t_hours, seed, tuple(price_tariff))),
-        t_out=as_float(np.broadcast_to(t_out, (n_days, max_steps))), deferrable=as_float(deferrable),
+        it_arrival=as_float(it_workload_profiles(n_days, max_steps, delta_t_hours, it_peak_mw, seed)[days]),
+        pv_avail=as_float(pv_mw * daily_pv_profiles(1, n_days, max_steps, delta_t_hours, seed)[days, :, 0]),
+        price=as_float(daily_price_profiles(n_days, max_steps, delta_t_hours, seed, tuple(price_tariff))[days]),
+        t_out=as_float(np.broadcast_to(t_out, (len(days), max_steps))), deferrable=as_float(deferrable),
         battery=battery, soc_init=soc0, diesel_max=as_float(diesel_mw), diesel_min_frac=as_float(diesel_min_frac),
         fuel_idle=as_float(fuel_idle), fuel_slope=as_float(fuel_slope), fuel_price=as_float(fuel_price),
         diesel_co2=as_float(diesel_co2), grid_co2=as_float(grid_co2), carbon_price=as_float(carbon_price),

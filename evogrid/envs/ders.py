@@ -25,9 +25,16 @@ import numpy as np
 from flax import struct
 
 from evogrid.case import Case
-from evogrid.envs.dist import DistGridEnv, DistParams, DistState, bus_rows, feeder_fields, with_initial_states
+from evogrid.envs.dist import (
+    DistGridEnv,
+    DistParams,
+    DistState,
+    bus_rows,
+    feeder_fields,
+    with_initial_states,
+)
 from evogrid.envs.environment import sanitize_action
-from evogrid.envs.profiles import daily_price_profiles
+from evogrid.envs.profiles import daily_price_profiles, split_days
 from evogrid.envs.spaces import Box
 from evogrid.physics import Battery, as_float, battery_step, make_battery
 
@@ -106,7 +113,8 @@ def make_der_params(case: Case | str = "141", max_steps: int = 48, delta_t_hours
                     battery_buses=(51, 80, 86), battery_mw=0.5, battery_mwh=2.0, eta_charge: float = 0.95,
                     eta_discharge: float = 0.95, soc_min: float = 0.1, soc_max: float = 0.9, soc_init: float = 0.5,
                     taper: float = 0.05, pv_buses=(49, 79, 109, 110), pv_rating_mw=0.5, inverter_oversize: float = 1.1,
-                    flex_buses=(61, 69, 107, 112), shift_max: float = 0.2, n_days: int = 16, seed: int = 0,
+                    flex_buses=(61, 69, 107, 112), shift_max: float = 0.2, n_days: int = 64, seed: int = 0,
+                    split: str = "all",
                     v_min: float = 0.95, v_max: float = 1.05, price_tariff=(40.0, 70.0, 130.0),
                     loss_price: float = 20.0, discomfort_price: float = 30.0, reward_scale: float = 0.01,
                     sweeps: int = 30) -> DERParams:
@@ -118,11 +126,12 @@ def make_der_params(case: Case | str = "141", max_steps: int = 48, delta_t_hours
                                  taper=taper)
     case, fields = feeder_fields(case, max_steps, delta_t_hours, pv_buses=pv_buses, pv_rating_mw=pv_rating_mw,
                                  inverter_oversize=inverter_oversize, flex_buses=flex_buses, shift_max=shift_max,
-                                 n_days=n_days, seed=seed, v_min=v_min, v_max=v_max, loss_price=loss_price,
+                                 n_days=n_days, seed=seed, split=split, v_min=v_min, v_max=v_max, loss_price=loss_price,
                                  curtail_price=0.0, discomfort_price=discomfort_price, reward_scale=reward_scale,
                                  sweeps=sweeps)
     params = DERParams(**fields, battery=battery,
                        battery_incidence=as_float(np.eye(case.n_bus)[bus_rows(case, "battery_buses", battery_buses)]),
                        soc_init=soc0,
-                       price=as_float(daily_price_profiles(n_days, max_steps, delta_t_hours, seed, tuple(price_tariff))))
+                       price=as_float(daily_price_profiles(n_days, max_steps, delta_t_hours, seed, tuple(price_tariff))[
+                           split_days(n_days, split, seed)]))
     return with_initial_states(DEREnv(), params)

@@ -25,9 +25,20 @@ from flax import struct
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, QD
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
-from evogrid.envs.profiles import check_days, daily_load_profiles, daily_pv_profiles, time_features
+from evogrid.envs.profiles import (
+    check_days,
+    daily_load_profiles,
+    daily_pv_profiles,
+    split_days,
+    time_features,
+)
 from evogrid.envs.spaces import Box
-from evogrid.physics import RadialNetwork, as_float, backward_forward_sweep, make_radial_network
+from evogrid.physics import (
+    RadialNetwork,
+    as_float,
+    backward_forward_sweep,
+    make_radial_network,
+)
 
 
 @struct.dataclass
@@ -165,13 +176,14 @@ class DistGridEnv(Environment):
 
 def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hours: float = 0.5, *,
                      pv_buses=(18, 22, 25, 33), pv_rating_mw: float = 0.4, inverter_oversize: float = 1.1,
-                     flex_buses=(7, 8, 24, 25, 30, 32), shift_max: float = 0.2, n_days: int = 16, seed: int = 0,
+                     flex_buses=(7, 8, 24, 25, 30, 32), shift_max: float = 0.2, n_days: int = 64, seed: int = 0,
+                     split: str = "all",
                      v_min: float = 0.95, v_max: float = 1.05, loss_price: float = 50.0, curtail_price: float = 40.0,
                      discomfort_price: float = 20.0, reward_scale: float = 0.1, sweeps: int = 30) -> DistParams:
     """Parameters of `DistGridEnv`. Bus numbers are the case file's (1-based for 33bw).
 
-    Loads: seeded double-peak days scaled from the case's Pd/Qd; PV: seeded clear-sky
-    days with cloudiness. The start-of-day states are solved once here (cached).
+    Loads: seeded days scaled from the case's Pd/Qd (`profiles.daily_load_profiles`); PV: seeded
+    clear-sky days with cloudiness; `split` keeps the train, val or test days of the `n_days`. The start-of-day states are solved once here (cached).
 
     `sweeps`: the most backward/forward sweeps per step, warm-started from the previous step's
     voltages; they stop once the voltages change by less than the dtype's tolerance (3 to 5
@@ -179,7 +191,7 @@ def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hou
     """
     case, fields = feeder_fields(case, max_steps, delta_t_hours, pv_buses=pv_buses, pv_rating_mw=pv_rating_mw,
                                  inverter_oversize=inverter_oversize, flex_buses=flex_buses, shift_max=shift_max,
-                                 n_days=n_days, seed=seed, v_min=v_min, v_max=v_max, loss_price=loss_price,
+                                 n_days=n_days, seed=seed, split=split, v_min=v_min, v_max=v_max, loss_price=loss_price,
                                  curtail_price=curtail_price, discomfort_price=discomfort_price,
                                  reward_scale=reward_scale, sweeps=sweeps)
     return with_initial_states(DistGridEnv(), DistParams(**fields))
@@ -196,7 +208,7 @@ def bus_rows(case: Case, name: str, buses) -> list[int]:
 
 
 def feeder_fields(case, max_steps, delta_t_hours, *, pv_buses, pv_rating_mw, inverter_oversize, flex_buses,
-                  shift_max, n_days, seed, v_min, v_max, loss_price, curtail_price, discomfort_price,
+                  shift_max, n_days, seed, split, v_min, v_max, loss_price, curtail_price, discomfort_price,
                   reward_scale, sweeps):
     """The `DistParams` fields shared by the feeder tasks (DSO and DERs): (case, fields dict)."""
     check_days(max_steps, delta_t_hours, n_days)
@@ -204,9 +216,10 @@ def feeder_fields(case, max_steps, delta_t_hours, *, pv_buses, pv_rating_mw, inv
     net = make_radial_network(case)  # refuses meshed cases with a clear message
     eye = np.eye(case.n_bus)
     pv_rows, flex_rows = bus_rows(case, "pv_buses", pv_buses), bus_rows(case, "flex_buses", flex_buses)
-    load_p = daily_load_profiles(case.bus[:, PD], n_days, max_steps, delta_t_hours, seed=seed)
+    days = split_days(n_days, split, seed)
+    load_p = daily_load_profiles(case.bus[:, PD], n_days, max_steps, delta_t_hours, seed=seed)[days]
     ratio = np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
-    pv = daily_pv_profiles(len(pv_buses), n_days, max_steps, delta_t_hours, seed=seed)
+    pv = daily_pv_profiles(len(pv_buses), n_days, max_steps, delta_t_hours, seed=seed)[days]
     pv_rating = np.broadcast_to(np.asarray(pv_rating_mw, float), (len(pv_buses),))
     return case, dict(
         max_steps=max_steps, delta_t_hours=delta_t_hours, base_mva=case.base_mva, sweeps=sweeps,

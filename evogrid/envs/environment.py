@@ -88,14 +88,18 @@ class Environment:
     def reset_env(self, key, params):
         """A fresh episode on a day drawn uniformly from the params' days (tasks with days write
         `num_days` and `reset_to_day`; others override this)."""
-        return self.reset_to_day(uniform_index(key, self.num_days(params)), params)
+        n_days = self.num_days(params)
+        if n_days is None:
+            raise NotImplementedError(f"{type(self).__name__} must write reset_env (it has no days)")
+        return self.reset_to_day(uniform_index(key, n_days), params)
 
     def reset_to_day(self, day, params):
         """(obs, state) at the start of day `day` (an int32 index into the params' days)."""
         raise NotImplementedError(f"{type(self).__name__} has no days to start from")
 
-    def num_days(self, params) -> int:
-        raise NotImplementedError(f"{type(self).__name__} has no days")
+    def num_days(self, params) -> int | None:
+        """How many days the params hold (None: the env has no days, e.g. gymnax)."""
+        return None
 
     def step_env(self, key, state, action, params):
         raise NotImplementedError

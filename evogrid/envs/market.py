@@ -23,7 +23,12 @@ from flax import struct
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, PMAX
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
-from evogrid.envs.profiles import check_days, daily_load_profiles, time_features
+from evogrid.envs.profiles import (
+    check_days,
+    daily_load_profiles,
+    split_days,
+    time_features,
+)
 from evogrid.envs.spaces import Box
 from evogrid.physics import as_float, generation_cost, make_dc_network, make_gen_cost
 from evogrid.physics.market import DCOPF, dc_opf, make_dcopf, merit_order
@@ -53,7 +58,7 @@ class MarketParams(EnvParams):
     reward_scale: jnp.ndarray = None
     time_features: jnp.ndarray = None
     clearing: str = struct.field(pytree_node=False, default="dcopf")
-    opf_iters: int = struct.field(pytree_node=False, default=4000)
+    opf_iters: int = struct.field(pytree_node=False, default=20000)
 
 
 class GenCoMarketEnv(Environment):
@@ -157,7 +162,7 @@ class MarketMARLEnv:
 
 def make_market_params(case: Case | str = "5", max_steps: int = 48, delta_t_hours: float = 0.5, *, companies=None,
                        segments: int = 3, markup_max: float = 1.0, clearing: str = "dcopf", voll: float = 1000.0,
-                       n_days: int = 16, seed: int = 0, load_scale: float = 1.0, opf_iters: int = 4000,
+                       n_days: int = 64, seed: int = 0, split: str = "all", load_scale: float = 1.0, opf_iters: int = 20000,
                        reward_scale: float = 1e-3) -> MarketParams:
     """Parameters of `GenCoMarketEnv`. `companies`: tuples of unit indices (0-based, case order), one
     per company; default one company per unit. `clearing`: "dcopf" or "merit"."""
@@ -187,6 +192,7 @@ def make_market_params(case: Case | str = "5", max_steps: int = 48, delta_t_hour
     dc = make_dc_network(case)
     rate = np.where(case.rate_a > 0, case.rate_a, np.inf)
     load = daily_load_profiles(case.bus[:, PD] * load_scale, n_days, max_steps, delta_t_hours, seed=seed)
+    load = load[split_days(n_days, split, seed)]
     return MarketParams(
         max_steps=max_steps, delta_t_hours=delta_t_hours, clearing=clearing, opf_iters=opf_iters,
         load=as_float(load), seg_cost=as_float(seg_cost), seg_cap=as_float(width.ravel()),

@@ -4,6 +4,28 @@ from __future__ import annotations
 
 import numpy as np
 
+SPLITS = ("all", "train", "val", "test")
+
+
+def split_days(n_days: int, split: str, seed: int = 0) -> np.ndarray:
+    """Day indices of `split` among `n_days` generated days (sorted).
+
+    The rule, the same for every task: a permutation of the days seeded by `seed`; its first
+    max(1, n_days // 4) days are the test days, the next max(1, n_days // 8) the validation days,
+    the rest the training days ("all": every day). With the default 64 days: 40 train, 8 validation,
+    16 test. Workflows train on "train", choose the policy they report on "val", and evaluate on "test".
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if split == "all":
+        return np.arange(n_days)
+    n_test, n_val = max(1, n_days // 4), max(1, n_days // 8)
+    if n_days - n_test - n_val < 1:
+        raise ValueError(f"n_days {n_days} is too few to split into train / val / test days (need >= 3)")
+    order = np.random.default_rng(seed + 7_777).permutation(n_days)
+    parts = {"test": order[:n_test], "val": order[n_test:n_test + n_val], "train": order[n_test + n_val:]}
+    return np.sort(parts[split])
+
 
 def check_days(max_steps, delta_t_hours, n_days) -> None:
     """Refuse a horizon, step length or day count that cannot make a task, naming the argument."""
@@ -15,28 +37,33 @@ def check_days(max_steps, delta_t_hours, n_days) -> None:
         raise ValueError(f"n_days must be an integer >= 1 (days of profiles), got {n_days!r}")
 
 
-def daily_load_shape(n_steps: int, delta_t_hours: float) -> np.ndarray:
-    """Double-peak daily shape (morning ~9 h, evening ~19 h), peak 1.0, trough about 0.6. [n_steps]"""
+def daily_load_shape(n_steps: int, delta_t_hours: float, morning: float = 0.25) -> np.ndarray:
+    """Double-peak daily shape (morning ~9 h, evening ~19 h), peak 1.0, trough about 0.6. [n_steps]
+    `morning`: height of the morning bump (weekends have a smaller one)."""
     def shape(h):
         bump = lambda centre, width: np.exp(-0.5 * ((h - centre) / width) ** 2)  # noqa: E731
-        return 0.6 + 0.25 * bump(9.0, 2.0) + 0.4 * bump(19.0, 2.5)
+        return 0.6 + morning * bump(9.0, 2.0) + 0.4 * bump(19.0, 2.5)
 
     hours = (np.arange(n_steps) + 0.5) * delta_t_hours % 24.0
     return shape(hours) / np.max(shape(np.arange(0.0, 24.0, 0.25)))  # peak over the day on a 15-min grid
 
 
 def daily_load_profiles(base_mw: np.ndarray, n_days: int, n_steps: int, delta_t_hours: float,
-                        seed: int = 0, day_spread: float = 0.08, bus_noise: float = 0.03) -> np.ndarray:
+                        seed: int = 0, day_range=(0.85, 1.10), weekend: float = 0.9, bus_noise: float = 0.03) -> np.ndarray:
     """Per-bus load for `n_days` synthetic days: [n_days, n_steps, n_bus], same units as `base_mw`.
 
-    load = base * shape(t) * day_scale * (1 + bus_noise * N(0, 1)), with day_scale
-    uniform in [1 - day_spread, 1]; never negative for non-negative base loads.
+    Day d is a weekday when d % 7 < 5 (day 0 is a Monday). load = base * shape(t) * day_scale *
+    (1 + bus_noise * N(0, 1)): weekdays have the double-peak shape, weekends a smaller morning
+    peak and `weekend` times the level; day_scale is uniform in `day_range`, so the evening peak
+    exceeds the case's Pd on some days. Never negative for non-negative base loads.
     """
     rng = np.random.default_rng(seed)
-    shape = daily_load_shape(n_steps, delta_t_hours)
-    day_scale = rng.uniform(1.0 - day_spread, 1.0, size=(n_days, 1, 1))
+    weekday = (np.arange(n_days) % 7 < 5)[:, None]
+    shape = np.where(weekday, daily_load_shape(n_steps, delta_t_hours)[None],
+                     weekend * daily_load_shape(n_steps, delta_t_hours, morning=0.1)[None])
+    day_scale = rng.uniform(*day_range, size=(n_days, 1, 1))
     noise = 1.0 + bus_noise * rng.standard_normal((n_days, n_steps, base_mw.shape[0]))
-    return base_mw[None, None, :] * shape[None, :, None] * day_scale * np.clip(noise, 0.0, None)
+    return base_mw[None, None, :] * shape[:, :, None] * day_scale * np.clip(noise, 0.0, None)
 
 
 def daily_pv_profiles(n_units: int, n_days: int, n_steps: int, delta_t_hours: float, seed: int = 0,

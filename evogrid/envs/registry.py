@@ -32,9 +32,9 @@ def make(name: str, **kwargs):
     if name.startswith("gymnax:"):
         from evogrid.envs.gymnax_adapter import GymnaxEnv
 
-        unknown = sorted(set(kwargs) - {"max_steps"})
+        unknown = sorted(set(kwargs) - {"max_steps", "split"})  # no days: every split is the same environment
         if unknown:
-            raise ValueError(f"gymnax tasks take only max_steps, got {', '.join(unknown)}")
+            raise ValueError(f"gymnax tasks take only max_steps (and split, which they ignore), got {', '.join(unknown)}")
         env = GymnaxEnv(name.split(":", 1)[1])
         return env, env.default_params(kwargs.get("max_steps"))
     if name.lower() in _TASKS and _TASKS[name.lower()][2] is None:

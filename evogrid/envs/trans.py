@@ -16,10 +16,11 @@ imbalance, as the power flow's slack bus does. Physics per step:
   and the `ac_diverged` cost say if not, and a step without a solution keeps the
   previous voltages so that every output stays finite.
 
-reward = -(generation cost in $ over the step) * reward_scale, with each unit's
-cost taken at max(P, Pmin): a slack pushed below its minimum by over-generation
-earns no revenue (that would reward infeasible dispatch); the shortfall or
-surplus itself is the `balance` cost channel.
+reward = -(generation cost in $ over the step) * reward_scale, every unit's cost
+curve taken at its actual output (the slack's too, also outside [Pmin, Pmax], so
+a slack pushed below its minimum is credited at its marginal cost and neither
+over- nor under-generation pays); the shortfall or surplus itself is the
+`balance` cost channel.
 Cost channels (p.u. on the case's baseMVA, never folded into the reward):
   thermal      sum over branches of flow above RATE_A (MW in DC, MVA in AC)
   balance      slack unit output outside [Pmin, Pmax]
@@ -35,9 +36,14 @@ import numpy as np
 from flax import struct
 
 from evogrid.case import Case, load_case
-from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, QG, RAMP_30, VMAX, VMIN
+from evogrid.case.matpower import GS, PD, PG, PMAX, PMIN, QD, QG, RAMP_30, VMAX, VMIN
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
-from evogrid.envs.profiles import check_days, daily_load_profiles, time_features
+from evogrid.envs.profiles import (
+    check_days,
+    daily_load_profiles,
+    split_days,
+    time_features,
+)
 from evogrid.envs.spaces import Box
 from evogrid.physics import (
     ACNetwork,
@@ -54,6 +60,9 @@ from evogrid.physics import (
     make_gen_cost,
     newton_raphson,
 )
+
+SLOW_RAMP, FAST_RAMP = 0.05, 0.5  # share of Pmax per hour: the cheaper half of the fleet, the rest (merit_ramp_rates)
+RATING_MARGIN = 1.1    # derived ratings: this times the economic-dispatch flow at the case's own loads
 
 
 @struct.dataclass
@@ -116,9 +125,10 @@ class TransGridEnv(Environment):
         pg = jnp.clip(target, lo, hi)
         pg, flow, vm, va, extra = _solve(pg, load_p, load_q, state, params)
 
-        # cost at max(pg, Pmin): output below a unit's minimum (only the slack gets there, absorbing
-        # over-generation) earns nothing; the infeasibility itself is the `balance` cost channel
-        gen_cost = jnp.sum(generation_cost(params.cost, jnp.maximum(pg, params.pmin))) * params.delta_t_hours  # $
+        # every unit, the slack included, is charged its cost curve at its actual output, also outside
+        # [Pmin, Pmax] (a slack pushed below its minimum is credited at its marginal cost), so neither
+        # over- nor under-generation is cheaper than balancing; the infeasibility is the `balance` channel
+        gen_cost = jnp.sum(generation_cost(params.cost, pg)) * params.delta_t_hours  # $
         reward = -gen_cost * params.reward_scale
         ps, ps_prev = jnp.sum(pg * params.slack), jnp.sum(state.pg * params.slack)
         smin, smax, sramp = (jnp.sum(x * params.slack) for x in (params.pmin, params.pmax, params.ramp))
@@ -192,61 +202,109 @@ def _solve(pg, load_p, load_q, state, params: TransParams):
 
 
 def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: float = 0.5, *, ac: bool = False,
-                      ac_method: str = "chord", ac_iters: int | None = None, n_days: int = 16, seed: int = 0, reward_scale: float = 1e-3,
-                      default_ramp_per_hour: float = 0.5, load_p=None, load_q=None) -> TransParams:
+                      ac_method: str = "chord", ac_iters: int | None = None, n_days: int = 64, seed: int = 0,
+                      split: str = "all", reward_scale: float = 1e-3, default_ramp_per_hour: float | None = None,
+                      ratings: str = "auto", rating_margin: float = RATING_MARGIN, load_p=None, load_q=None) -> TransParams:
     """Parameters of `TransGridEnv` for a case.
 
-    Loads: `n_days` seeded synthetic days ([n_days, max_steps, n_bus], double-peak
-    shape, peak at the case's Pd, per-bus noise), or pass `load_p` (and `load_q`; without it each bus keeps the case's power factor)
-    yourself. Ramp limits: MATPOWER's RAMP_30 where the case has it (scaled to
-    the step), else `default_ramp_per_hour` * Pmax per hour.
+    Loads: `n_days` seeded synthetic days ([n_days, max_steps, n_bus]: weekday and weekend shapes,
+    day levels from 0.85 to 1.10 of the case's Pd, per-bus noise; `profiles.daily_load_profiles`), or
+    pass `load_p` (and `load_q`; without it each bus keeps the case's power factor) yourself.
+    `split` keeps the "train", "val" or "test" days of them (`profiles.split_days`; default all).
+    Ramp limits: MATPOWER's RAMP_30 where the case has it (scaled to the step), else
+    `default_ramp_per_hour` * Pmax per hour, or by default `merit_ramp_rates` (cheap baseload units
+    slow, the others fast: ramps bind around the peaks and foresight pays). Line ratings (`ratings`): "case" uses RATE_A; "derived" uses `derived_ratings`;
+    "auto" (default) derives them only for cases without real ones (every RATE_A 0 or >= 9900:
+    case14, case57, case118).
 
-    `init` caches, per day, the start-of-day state (a dispatch proportional to
-    capacity and its power flow), so `reset` costs an index instead of a power
-    flow. It is derived from the loads: after changing load leaves, rebuild the
-    params with this function (passing `load_p`/`load_q`).
+    `init` caches, per day, the start-of-day state (the economic dispatch of the first interval's
+    load and its power flow), so `reset` costs an index instead of a power flow. It is derived from
+    the loads: after changing load leaves, rebuild the params with this function (passing `load_p`/`load_q`).
     """
     case = load_case(case) if not isinstance(case, Case) else case
     if ac_method not in ("chord", "newton"):
         raise ValueError(f"ac_method must be 'chord' or 'newton', got {ac_method!r}")
     ac_iters = ac_iters or {"chord": 30, "newton": 10}[ac_method]  # maxima: the solver stops when converged
     check_days(max_steps, delta_t_hours, n_days)
+    if ratings not in ("auto", "case", "derived"):
+        raise ValueError(f"ratings must be 'auto', 'case' or 'derived', got {ratings!r}")
     if load_p is None:
         load_p = daily_load_profiles(case.bus[:, PD], n_days, max_steps, delta_t_hours, seed=seed)
     load_p = np.asarray(load_p, float)
     if load_q is None:  # each bus keeps the case's own power factor (Qd / Pd; 0 where Pd is 0)
         load_q = load_p * np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
     load_q = np.asarray(load_q, float)
+    if load_p.ndim == 3:
+        days = split_days(load_p.shape[0], split, seed)
+        load_p, load_q = load_p[days], load_q[days] if load_q.ndim == 3 else load_q
     want = (max_steps, case.n_bus)
     if load_p.ndim != 3 or load_p.shape[1:] != want or load_q.shape != load_p.shape:
         raise ValueError(f"load_p and load_q must have shape [n_days, {want[0]}, {want[1]}], got {load_p.shape} and {load_q.shape}")
     gen = case.gen
-    ramp = np.where(gen[:, RAMP_30] > 0, gen[:, RAMP_30] * delta_t_hours / 0.5,
-                    default_ramp_per_hour * gen[:, PMAX] * delta_t_hours)
+    per_hour = merit_ramp_rates(case) if default_ramp_per_hour is None else np.full(case.n_units, default_ramp_per_hour)
+    ramp = np.where(gen[:, RAMP_30] > 0, gen[:, RAMP_30] * delta_t_hours / 0.5, per_hour * gen[:, PMAX] * delta_t_hours)
     at_ref = np.flatnonzero(case.gen_bus == case.ref_bus)
     if at_ref.size == 0:
         raise ValueError(f"{case.name}: the reference bus {case.bus_ids[case.ref_bus]} has no in-service generator; "
                          "the dispatch task needs one there to balance the system (the slack unit)")
     slack = np.zeros(case.n_units)
     slack[at_ref[0]] = 1.0
+    real = np.isfinite(case.rate_a) & (case.rate_a < 9900)
+    derive = ratings == "derived" or (ratings == "auto" and not real.any())
+    rate = derived_ratings(case, rating_margin) if derive else case.rate_a
     params = TransParams(
         max_steps=max_steps, delta_t_hours=delta_t_hours, base_mva=case.base_mva, ac=ac, ac_iters=ac_iters,
         load_p=as_float(load_p), load_q=as_float(load_q),
         pmin=as_float(gen[:, PMIN]), pmax=as_float(gen[:, PMAX]), ramp=as_float(ramp), qg=as_float(gen[:, QG]),
-        rate=as_float(case.rate_a), vmin=as_float(case.bus[:, VMIN]), vmax=as_float(case.bus[:, VMAX]),
+        rate=as_float(rate), vmin=as_float(case.bus[:, VMIN]), vmax=as_float(case.bus[:, VMAX]),
         gen_bus=jnp.asarray(case.gen_bus), gen_incidence=as_float(np.eye(case.n_bus)[case.gen_bus]), slack=as_float(slack), reward_scale=as_float(reward_scale),
         cost=make_gen_cost(case), dc=make_dc_network(case), acn=make_ac_network(case) if ac else None,
     )
     if ac and ac_method == "chord":
         params = params.replace(ac_jinv=_base_case_jacobian_inverse(case, params.acn))
-    rate = case.rate_a
     params = params.replace(
         inv_pmax=as_float(1.0 / np.maximum(gen[:, PMAX], 1e-6)),
         inv_rate=as_float(np.where(np.isfinite(rate), 1.0 / rate, 1.0 / case.base_mva)),
         time_features=as_float(time_features(max_steps, delta_t_hours)),
     )
-    init = _initial_states(params)
+    init = _initial_states(params, _start_dispatch(case, load_p, float(case.bus[:, GS].sum())))
     return params.replace(init=init, init_obs=jax.vmap(TransGridEnv()._obs, in_axes=(0, None))(init, params))
+
+
+def merit_ramp_rates(case: Case) -> np.ndarray:
+    """Ramp rates (share of Pmax per hour) for a case without ramp data: the cheaper half of the units by
+    marginal cost at the middle of their range ramp at SLOW_RAMP (baseload), the others at FAST_RAMP
+    (mid-merit and peaking). A schedule that sees the evening peak coming raises the slow cheap units
+    early; a myopic one meets the peak with the fast dear ones."""
+    from evogrid.physics import generation_cost, make_gen_cost
+
+    mid = 0.5 * (case.gen[:, PMIN] + case.gen[:, PMAX])
+    with jax.enable_x64(True):
+        cost = make_gen_cost(case)
+        h = 1e-3 * np.maximum(case.gen[:, PMAX] - case.gen[:, PMIN], 1.0)
+        marginal = (np.asarray(generation_cost(cost, jnp.asarray(mid + h))) - np.asarray(generation_cost(cost, jnp.asarray(mid - h)))) / (2 * h)
+    cheap = np.argsort(marginal, kind="stable")[: case.n_units // 2]
+    rates = np.full(case.n_units, FAST_RAMP)
+    rates[cheap] = SLOW_RAMP
+    return rates
+
+
+def derived_ratings(case: Case, margin: float = RATING_MARGIN, floor: float = 0.05) -> np.ndarray:
+    """Line ratings (MW) for a case without real ones: `margin` times the DC flow of the economic dispatch
+    (no network limits, `physics.economic_dispatch`) at the case's own bus loads, and at least `floor`
+    times the largest such flow. Loads above the case's Pd (some days reach 1.10) then meet these
+    limits, so the optimal schedule must redispatch around them."""
+    from evogrid.physics import economic_dispatch
+
+    with jax.enable_x64(True):
+        net = make_dc_network(case)
+        ptdf, flow0, gs = (np.asarray(x, np.float64) for x in (net.ptdf, net.flow0, net.gs_total))
+    pd = case.bus[:, PD]
+    pg = economic_dispatch(case.gencost, case.gen[:, PMIN], case.gen[:, PMAX], pd.sum() + float(gs))
+    inj = np.zeros(case.n_bus)
+    np.add.at(inj, case.gen_bus, pg)
+    flow = np.abs(ptdf @ (inj - pd) + flow0)
+    return np.maximum(margin * flow, floor * flow.max())
 
 
 def _base_case_jacobian_inverse(case: Case, acn: ACNetwork) -> jnp.ndarray:
@@ -260,13 +318,27 @@ def _base_case_jacobian_inverse(case: Case, acn: ACNetwork) -> jnp.ndarray:
     return jnp.linalg.inv(jacobian(acn, v))
 
 
-def _initial_states(params: TransParams) -> TransState:
-    """Start-of-day states [n_days]: units share the first interval's load in proportion to headroom."""
-    pmin, pmax = params.pmin, params.pmax
+def _start_dispatch(case: Case, load_p: np.ndarray, gs_total: float) -> np.ndarray:
+    """Start-of-day dispatch [n_days, n_units]: the economic dispatch of each day's first interval (a
+    proportional share of headroom where the costs are not polynomials of degree <= 2)."""
+    from evogrid.physics import economic_dispatch
 
-    def one_day(load_p, load_q):
-        share = (jnp.sum(load_p) - jnp.sum(pmin)) / jnp.maximum(jnp.sum(pmax - pmin), 1e-6)
-        pg = pmin + jnp.clip(share, 0.0, 1.0) * (pmax - pmin)
+    pmin, pmax = case.gen[:, PMIN], case.gen[:, PMAX]
+    out = []
+    for load in load_p[:, 0]:
+        demand = load.sum() + gs_total
+        try:
+            out.append(economic_dispatch(case.gencost, pmin, pmax, demand))
+        except ValueError:
+            share = np.clip((demand - pmin.sum()) / max((pmax - pmin).sum(), 1e-6), 0.0, 1.0)
+            out.append(pmin + share * (pmax - pmin))
+    return np.array(out)
+
+
+def _initial_states(params: TransParams, start_pg) -> TransState:
+    """Start-of-day states [n_days] from the start dispatch [n_days, n_units] and its power flow."""
+
+    def one_day(pg, load_p, load_q):
         empty = jnp.zeros(0, pg.dtype)
         start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=jnp.zeros_like(params.rate),
                            vm=jnp.abs(params.acn.v0).astype(pg.dtype) if params.ac else empty,
@@ -276,5 +348,5 @@ def _initial_states(params: TransParams) -> TransState:
         pg, flow, vm, va, _ = _solve(pg, load_p, load_q, start, params_cold)
         return start.replace(pg=pg, flow=flow, vm=vm, va=va)
 
-    states = jax.jit(jax.vmap(one_day))(params.load_p[:, 0], params.load_q[:, 0])
+    states = jax.jit(jax.vmap(one_day))(as_float(start_pg), params.load_p[:, 0], params.load_q[:, 0])
     return states.replace(day=jnp.arange(params.load_p.shape[0], dtype=jnp.int32))

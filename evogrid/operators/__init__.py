@@ -5,7 +5,12 @@ Fitness is maximised here (higher is better); the sign flip for evosax lives in
 """
 from evogrid.operators.crossover import one_point_crossover, uniform_crossover
 from evogrid.operators.mutation import GaussianMutation
-from evogrid.operators.selection import centered_ranks, elite_indices, tournament_selection, truncation_selection
+from evogrid.operators.selection import (
+    centered_ranks,
+    elite_indices,
+    tournament_selection,
+    truncation_selection,
+)
 
 __all__ = [
     "GaussianMutation", "centered_ranks", "elite_indices", "one_point_crossover", "tournament_selection",

@@ -5,14 +5,30 @@ arrays in JAX's default float dtype (float32, or float64 with x64 enabled);
 the solvers are jit/vmap-safe functions of those arrays.
 """
 from evogrid.physics._common import as_float
-from evogrid.physics.ac import ACNetwork, branch_flows, bus_injections, jacobian, make_ac_network, newton_raphson
+from evogrid.physics.ac import (
+    ACNetwork,
+    branch_flows,
+    bus_injections,
+    jacobian,
+    make_ac_network,
+    newton_raphson,
+)
 from evogrid.physics.battery import Battery, battery_limits, battery_step, make_battery
-from evogrid.physics.cost import GenCost, generation_cost, make_gen_cost
+from evogrid.physics.cost import (
+    GenCost,
+    economic_dispatch,
+    generation_cost,
+    make_gen_cost,
+)
 from evogrid.physics.dc import DCNetwork, dc_line_flows, dc_power_flow, make_dc_network
-from evogrid.physics.radial import RadialNetwork, backward_forward_sweep, make_radial_network
+from evogrid.physics.radial import (
+    RadialNetwork,
+    backward_forward_sweep,
+    make_radial_network,
+)
 
 __all__ = [
     "ACNetwork", "Battery", "as_float", "DCNetwork", "GenCost", "RadialNetwork",
-    "backward_forward_sweep", "battery_limits", "battery_step", "branch_flows", "bus_injections", "dc_line_flows", "dc_power_flow", "generation_cost", "jacobian",
+    "backward_forward_sweep", "battery_limits", "battery_step", "branch_flows", "bus_injections", "dc_line_flows", "dc_power_flow", "economic_dispatch", "generation_cost", "jacobian",
     "make_ac_network", "make_battery", "make_dc_network", "make_gen_cost", "make_radial_network", "newton_raphson",
 ]

@@ -75,3 +75,38 @@ def generation_cost(cost: GenCost, pg_mw: jnp.ndarray) -> jnp.ndarray:
         return poly
     pwl = jnp.max(cost.slope * pg_mw[..., None] + cost.intercept, axis=-1)
     return pwl if not cost.any_poly else jnp.where(cost.is_poly > 0, poly, pwl)
+
+
+def economic_dispatch(gencost: np.ndarray, pmin: np.ndarray, pmax: np.ndarray, demand: float) -> np.ndarray:
+    """Least-cost outputs [n_units] MW meeting `demand` MW on a copper plate (no network), NumPy float64.
+
+    Equal incremental cost: every unit not at a bound runs at the system price lambda, found by
+    bisection; a polynomial of degree <= 2 gives P = (lambda - c1) / (2 c2), a linear one (c2 = 0)
+    runs fully below lambda and not at all above, and the units at exactly lambda share what is left.
+    PWL costs are refused (use an optimiser). Raises when demand is outside [sum Pmin, sum Pmax].
+    """
+    gencost = np.asarray(gencost, float)
+    if np.any(gencost[:, 0] != POLYNOMIAL) or np.any(gencost[:, 3] > 3):
+        raise ValueError("economic_dispatch takes polynomial costs of degree <= 2")
+    coef = np.zeros((gencost.shape[0], 3))  # c0, c1, c2
+    for i, row in enumerate(gencost):
+        n = int(row[3])
+        coef[i, :n] = row[4:4 + n][::-1]
+    c1, c2 = coef[:, 1], coef[:, 2]
+    if not pmin.sum() - 1e-9 <= demand <= pmax.sum() + 1e-9:
+        raise ValueError(f"demand {demand:.6g} MW is outside the fleet's range [{pmin.sum():.6g}, {pmax.sum():.6g}] MW")
+
+    def output(lam):
+        quad = np.clip((lam - c1) / np.where(c2 > 0, 2 * c2, 1.0), pmin, pmax)
+        return np.where(c2 > 0, quad, np.where(lam > c1, pmax, pmin))
+
+    lo, hi = float(np.min(c1 + 2 * c2 * pmin)) - 1.0, float(np.max(c1 + 2 * c2 * pmax)) + 1.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if output(mid).sum() < demand else (lo, mid)
+    # linear units whose price is the system price (within the bisection's resolution) may take any share
+    marginal = (c2 == 0) & (np.abs(c1 - hi) <= 1e-9 * max(1.0, abs(hi)))
+    p_lo = np.where(marginal, pmin, output(hi))
+    room = np.where(marginal, pmax - pmin, 0.0)
+    share = (demand - p_lo.sum()) / room.sum() if room.sum() > 0 else 0.0
+    return p_lo + np.clip(share, 0.0, 1.0) * room

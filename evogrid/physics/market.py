@@ -70,10 +70,14 @@ def make_dcopf(ptdf: np.ndarray, f0: np.ndarray, rate: np.ndarray, seg_bus: np.n
                  base=base)
 
 
-def dc_opf(opf: DCOPF, prices, caps, load_bus, iters: int = 4000, restart: int = 200, warm=None):
+def dc_opf(opf: DCOPF, prices, caps, load_bus, iters: int = 20000, restart: int = 200, warm=None, tol=None):
     """Solve the DC-OPF. `prices`, `caps` [K]; `load_bus` [n_bus] MW. Returns (dispatch [K] MW,
     LMP [n_bus] $/MWh, line flows [n_lim] MW, (x, y) to warm-start the next call).
 
+    Restart blocks of `restart` iterations repeat (a `lax.while_loop`) until the restarted point moves by
+    less than `tol` (scaled units; default 1e-10 in float64, 1e-6 in float32) or `iters` is reached: a
+    congested hour near capacity needed 8000 iterations to match HiGHS where an easy one needs ~1000
+    (measured on case5 at 1.15 x its loads). Under vmap the loop runs until the slowest member converges.
     Make demand always coverable by offering load shedding as segments at a price cap.
     """
     scale_c = jnp.maximum(jnp.max(jnp.abs(prices)), 1.0)
@@ -92,20 +96,37 @@ def dc_opf(opf: DCOPF, prices, caps, load_bus, iters: int = 4000, restart: int =
     def kty(y):
         return y[0] + opf.seg_ptdf.T @ (y[1 + n_lim:] - y[1:1 + n_lim])
 
-    def iterate(carry, _):
+    def iterate(carry, _, c=c, q=q):
         x, y, xs, ys = carry
         x1 = jnp.clip(x - opf.tau * (c - kty(y)), 0.0, u)
         y1 = y + opf.sigma * (q - kx(2 * x1 - x))
         y1 = y1.at[1:].set(jnp.maximum(y1[1:], 0.0))
         return (x1, y1, xs + x1, ys + y1), None
 
-    def restart_block(carry, _):
+    def restart_block(carry, _, c=c, q=q):
         x, y = carry
-        (x, y, xs, ys), _ = jax.lax.scan(iterate, (x, y, jnp.zeros_like(x), jnp.zeros_like(y)), None, length=restart)
+        step = lambda carry, _: iterate(carry, _, c, q)  # noqa: E731
+        (x, y, xs, ys), _ = jax.lax.scan(step, (x, y, jnp.zeros_like(x), jnp.zeros_like(y)), None, length=restart)
         return (xs / restart, ys / restart), None
 
     x0, y0 = (jnp.zeros_like(u), jnp.zeros(1 + 2 * n_lim, u.dtype)) if warm is None else warm
-    (x, y), _ = jax.lax.scan(restart_block, (x0, y0), None, length=max(iters // restart, 1))
+    tol = (1e-10 if jnp.finfo(u.dtype).bits == 64 else 1e-6) if tol is None else tol
+
+    def moving(carry):
+        k, _, _, change = carry
+        return (k < max(iters // restart, 1)) & (change >= tol)
+
+    # the loop runs on constants; one more iteration after it, from its point, carries derivatives
+    c_fixed, q_fixed = jax.lax.stop_gradient((c, q))
+
+    def block(carry, c=c_fixed, q=q_fixed):
+        k, x, y, _ = carry
+        (x1, y1), _ = restart_block((x, y), None, c, q)
+        return k + 1, x1, y1, jnp.maximum(jnp.max(jnp.abs(x1 - x)), jnp.max(jnp.abs(y1 - y)))
+
+    start = jax.lax.stop_gradient((x0, y0))
+    _, x, y, _ = jax.lax.while_loop(moving, block, (jnp.int32(0), *start, jnp.asarray(jnp.inf, u.dtype)))
+    (x, y, _, _), _ = iterate((x, y, x, y), None, c, q)
     # duals back in $/MWh: the objective was scaled by 1 / (scale_c * base) and each row by 1 / base
     lam, mu_up, mu_dn = y[0] * scale_c, y[1:1 + n_lim] * scale_c, y[1 + n_lim:] * scale_c
     lmp = lam - opf.ptdf.T @ (mu_up - mu_dn)

@@ -20,13 +20,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from evogrid.envs import make
 from evogrid.envs.wrappers import TrainingWrapper
 from evogrid.rollout import rollout
 from evogrid.utils.checkpoint import Checkpointer
 from evogrid.utils.jax_utils import jit_method
 from evogrid.utils.rundir import RunDir, flatten_row
 
-EVAL_SEED = 0  # evaluation runs on jax.random.key(EVAL_SEED): the same episodes whatever the run's seed or length
+EVAL_SEED = 0      # evaluation's step keys: the same episodes whatever the run's seed or length
+FEASIBLE_TOL = 1e-6  # a day is feasible when each of its summed cost channels is at most this
+
+
+def better(ret_a, viol_a, ret_b, viol_b):
+    """Feasibility first: policy a beats b when it violates less (by more than FEASIBLE_TOL), or as little
+    and earns more. Returns and violations are means over the same days."""
+    return jnp.where(jnp.abs(viol_a - viol_b) <= FEASIBLE_TOL, ret_a > ret_b, viol_a < viol_b)
 
 
 class Workflow:
@@ -36,19 +44,33 @@ class Workflow:
     unit = "generation"
 
     def __init__(self, config, env=None, env_params=None):
-        from evogrid.envs import make
-
+        """`env`/`env_params` default to the task's training days (`make(task, split="train")`); validation
+        and test days are built from the task when first needed. With your own params, validation and
+        evaluation use them too."""
         self.config = config
+        self._own_params = env is not None
         if env is None:
-            env, env_params = make(config.task)
+            env, env_params = make(config.task, split="train")
         self.env, self.env_params = env, env_params
         self.obs_dim = env.observation_space(env_params).shape[0]
         self.act_dim = env.action_space(env_params).shape[0]
         self.cost_names = tuple(env.constraint_names(env_params))
-        self.eval_env = TrainingWrapper(env, config.eval_episodes) if hasattr(config, "eval_episodes") else None
+        self._splits = {}
+
+    def split_params(self, split: str):
+        """The params of the task's "val" or "test" days (the training params when you passed your own)."""
+        if self._own_params:
+            return self.env_params
+        if split not in self._splits:
+            with jax.ensure_compile_time_eval():
+                self._splits[split] = make(self.config.task, split=split)[1]
+        return self._splits[split]
 
     def init(self, key=None):
-        """The initial run state; `key` defaults to `jax.random.key(config.seed)`."""
+        """The initial run state; `key` defaults to `jax.random.key(config.seed)`. Also builds the validation
+        and test days (outside any compiled function), which `step` and `evaluate` use."""
+        for split in ("val", "test"):
+            self.split_params(split)
         return self._init(jax.random.key(self.config.seed) if key is None else key)
 
     @jit_method()
@@ -67,13 +89,37 @@ class Workflow:
         """Names of the entries of vector metrics (used to flatten them into named columns)."""
         return {"cost_channels": self.cost_names, "multiplier": self.cost_names}
 
+    def play_days(self, policy, params):
+        """Per-day figures of `policy(obs) -> action` over every day of `params`, each from its start of
+        day, deterministically: (returns [n_days], summed costs [n_days, C]). Tasks without days (gymnax)
+        play `eval_episodes` seeded episodes instead."""
+        key = jax.random.key(EVAL_SEED)
+        n_days = self.env.num_days(params)
+        if n_days is None:
+            env = TrainingWrapper(self.env, self.config.eval_episodes)
+            metrics, _ = rollout(env, policy, key, params.max_steps, params, obs_moments=False)
+            return metrics["episode_return"], metrics["episode_cost"]
+
+        def one(day):
+            start = self.env.reset_to_day(day, params)
+            metrics, _ = rollout(self.env, policy, key, params.max_steps, params, obs_moments=False, start=start)
+            return metrics["episode_return"], metrics["episode_cost"]
+
+        return jax.vmap(one)(jnp.arange(n_days, dtype=jnp.int32))
+
+    def validation_score(self, policy):
+        """(mean return, mean summed violation) of a policy over the validation days."""
+        returns, costs = self.play_days(policy, self.split_params("val"))
+        return returns.mean(), costs.sum(-1).mean()
+
     def evaluate_policy(self, policy) -> dict:
-        """Mean return (and its std) and mean summed costs per channel of `policy(obs) -> action` over
-        the evaluation episodes, which are the same for every run (`EVAL_SEED`)."""
-        metrics, _ = rollout(self.eval_env, policy, jax.random.key(EVAL_SEED), self.env_params.max_steps,
-                             self.env_params, obs_moments=False)
-        return {"return": metrics["episode_return"].mean(), "return_std": metrics["episode_return"].std(),
-                "cost_channels": metrics["episode_cost"].mean(0)}
+        """Test-day figures of `policy(obs) -> action`: every test day played once from its start of day.
+        return / return_std over days, cost_channels (mean summed cost per channel), feasible_share (share
+        of days with every channel at most FEASIBLE_TOL), and the per-day day_return / day_cost."""
+        returns, costs = self.play_days(policy, self.split_params("test"))
+        feasible = jnp.all(costs <= FEASIBLE_TOL, axis=-1)
+        return {"return": returns.mean(), "return_std": returns.std(), "cost_channels": costs.mean(0),
+                "feasible_share": feasible.mean(), "day_return": returns, "day_cost": costs.sum(-1)}
 
     def _init(self, key):
         raise NotImplementedError

@@ -36,8 +36,14 @@ from evogrid.networks.mlp import ACTIVATIONS
 from evogrid.rollout import rollout
 from evogrid.utils.config import param
 from evogrid.utils.jax_utils import tree_where
-from evogrid.utils.sharding import POP_AXIS, check_divisible, gather, population_mesh, replicate
-from evogrid.workflows.base import Workflow
+from evogrid.utils.sharding import (
+    POP_AXIS,
+    check_divisible,
+    gather,
+    population_mesh,
+    replicate,
+)
+from evogrid.workflows.base import Workflow, better
 
 ALGORITHMS = EVOSAX_ALGORITHMS + ("GA",)
 
@@ -57,7 +63,8 @@ class ECConfig(ConstraintConfig):
                                  cli="--lr")
     obs_norm: bool = param(True, "normalise observations with running statistics")
     vmap_step: bool = param(True, "vmap the env batch (false: lax.map, lower memory)")
-    eval_episodes: int = param(16, "episodes of the evaluation", lo=1)
+    eval_episodes: int = param(16, "evaluation episodes of tasks without days (gymnax); day tasks play every test day", lo=1)
+    select_every: int = param(5, "generations between re-evaluations of candidate policies on the validation days", lo=1)
     eval_block: int = param(0, "individuals evaluated together per device; 0 = the whole share (see ec.py)", lo=0)
     elite: int = param(4, "GA: members copied unchanged", lo=0)
     mutation_rate: float = param(1.0, "GA: share of parameters perturbed", lo=0.0, hi=1.0)
@@ -79,9 +86,9 @@ class ECState:
     obs_norm: RunningNorm
     lagrangian: Lagrangian
     generation: jnp.ndarray     # int32
-    best_params: jnp.ndarray    # [D] flattened MLP parameters of the fittest individual so far
-    best_fitness: jnp.ndarray
-    best_obs_norm: RunningNorm  # the observation statistics it was evaluated with
+    best_params: jnp.ndarray    # [D] the policy chosen on the validation days so far (flattened MLP parameters)
+    best_obs_norm: RunningNorm  # the observation statistics it runs with
+    best_val: jnp.ndarray       # [2] its validation (mean return, mean summed violation)
 
 
 class ECWorkflow(Workflow):
@@ -127,8 +134,8 @@ class ECWorkflow(Workflow):
             lagrangian=Lagrangian.create(len(self.cost_names), self.config, mean.dtype),
             generation=jnp.zeros((), jnp.int32),
             best_params=mean,
-            best_fitness=jnp.asarray(-jnp.inf, mean.dtype),
             best_obs_norm=RunningNorm.create(self.obs_dim),
+            best_val=jnp.asarray([-jnp.inf, jnp.inf], mean.dtype),
         )
         return replicate(state, self.mesh)  # the state lives replicated on the mesh
 
@@ -181,9 +188,12 @@ class ECWorkflow(Workflow):
         costs = metrics["episode_cost"].mean(-2)              # [pop, C]
         fitness = self.fitness(returns, costs, state.lagrangian)
         es_state = self.strategy.tell(k_tell, population, fitness, es_state)
-        i_best = jnp.argmax(fitness)
-        improved = fitness[i_best] > state.best_fitness
-        best_norm = tree_where(improved, state.obs_norm, state.best_obs_norm)
+        # every `select_every` generations the distribution's centre and this generation's fittest member
+        # are played on the validation days; the best of them and the policy kept so far is kept
+        due = (state.generation % self.config.select_every == 0)
+        candidates = jnp.stack([self.strategy.center(es_state), population[jnp.argmax(fitness)]])
+        best = jax.lax.cond(due, lambda: self._select(state, candidates),
+                            lambda: (state.best_params, state.best_obs_norm, state.best_val))
         norm = state.obs_norm
         if self.config.obs_norm:
             w = metrics["obs_count"] / metrics["obs_count"].sum()  # pool the individuals' moments by count
@@ -193,18 +203,28 @@ class ECWorkflow(Workflow):
         lagrangian = state.lagrangian.update(costs.mean(0), returns.mean(), self.config)
         state = state.replace(
             key=jax.random.key_data(key), es_state=es_state, obs_norm=norm, lagrangian=lagrangian,
-            generation=state.generation + 1, best_params=jnp.where(improved, population[i_best], state.best_params),
-            best_fitness=jnp.where(improved, fitness[i_best], state.best_fitness), best_obs_norm=best_norm,
+            generation=state.generation + 1, best_params=best[0], best_obs_norm=best[1], best_val=best[2],
         )
         out = {
             "fitness_max": fitness.max(), "fitness_mean": fitness.mean(), "return_mean": returns.mean(),
             "return_max": returns.max(), "cost_total": costs.sum(-1).mean(), "cost_channels": costs.mean(0),
-            "multiplier": lagrangian.multiplier, "best_fitness": state.best_fitness,
+            "multiplier": lagrangian.multiplier, "val_return": state.best_val[0], "val_violation": state.best_val[1],
             "env_steps": (state.generation * self.config.pop_size * self.config.episodes_per_individual
                           * self.env_params.max_steps).astype(jnp.float32),
         }
         return state, out
 
+    def _select(self, state: ECState, candidates):
+        """Keep the best of `candidates` [K, D] and the policy kept so far, by validation score (feasibility first)."""
+        ret, viol = jax.vmap(lambda p: self.validation_score(self._policy(p, state.obs_norm)))(candidates)
+        params, norm, val = state.best_params, state.best_obs_norm, state.best_val
+        for k in range(candidates.shape[0]):
+            win = better(ret[k], viol[k], val[0], val[1])
+            params = jnp.where(win, candidates[k], params)
+            norm = tree_where(win, state.obs_norm, norm)
+            val = jnp.where(win, jnp.stack([ret[k], viol[k]]), val)
+        return params, norm, val
+
     def _evaluate(self, state: ECState):
-        """The best individual so far, with the observation statistics it was selected under."""
+        """The policy chosen on the validation days, on every test day."""
         return self.evaluate_policy(self._policy(state.best_params, state.best_obs_norm))

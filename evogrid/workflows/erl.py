@@ -30,7 +30,7 @@ from evogrid.envs.wrappers import TrainingWrapper
 from evogrid.rollout import collect
 from evogrid.utils.config import param
 from evogrid.utils.jax_utils import tree_where
-from evogrid.workflows.base import Workflow
+from evogrid.workflows.base import Workflow, better
 
 ERL_ALGORITHMS = ("erl", "cemrl")
 
@@ -45,7 +45,8 @@ class ERLConfig(ConstraintConfig, TD3Hyperparams):
     episodes: int = param(1, "episodes per actor per generation", lo=1, cli="--episodes")
     hidden: tuple[int, ...] = param((64, 64), "actor and critic hidden layer widths", lo=1)
     updates_per_iter: int = param(96, "TD3 critic (and delayed actor) steps per generation", lo=1)
-    eval_episodes: int = param(16, "episodes of the evaluation", lo=1)
+    eval_episodes: int = param(16, "evaluation episodes of tasks without days (gymnax); day tasks play every test day", lo=1)
+    select_every: int = param(5, "generations between re-evaluations of candidate policies on the validation days", lo=1)
     seed: int = param(0, "random seed", lo=0)
     # ERL
     elite: int = param(2, "ERL: members copied unchanged", lo=0)
@@ -72,6 +73,8 @@ class ERLState:
     lagrangian: Lagrangian
     key: jnp.ndarray
     generation: jnp.ndarray
+    best: jnp.ndarray          # [D] the actor chosen on the validation days (flattened)
+    best_val: jnp.ndarray      # [2] its validation (mean return, mean summed violation)
 
 
 class ERLWorkflow(Workflow):
@@ -101,7 +104,8 @@ class ERLWorkflow(Workflow):
         return ERLState(learner=learner, strategy=strategy, population=jnp.zeros((self.config.pop_size,) + flat.shape),
                         fitness=jnp.full((self.config.pop_size,), -jnp.inf, flat.dtype),
                         lagrangian=Lagrangian.create(len(self.cost_names), self.config, flat.dtype),
-                        key=jax.random.key_data(key), generation=jnp.zeros((), jnp.int32))
+                        key=jax.random.key_data(key), generation=jnp.zeros((), jnp.int32), best=flat,
+                        best_val=jnp.asarray([-jnp.inf, jnp.inf], flat.dtype))
 
     def _play(self, state: ERLState, actors, key):
         """Every actor ([A, D] flat) plays `episodes` episodes; the last actor (the learner's) with
@@ -168,19 +172,30 @@ class ERLWorkflow(Workflow):
             strategy = self.strategy.tell(k_tell, pop, fit, strategy)
             metrics = {"sigma_mean": jnp.sqrt(strategy.var).mean()}
         lagrangian = state.lagrangian.update(costs.mean(0), returns.mean(), cfg)
+        # the population's fittest member and the learner's actor against the actor kept so far, on validation days
+        candidates = jnp.stack([pop[jnp.argmax(fit)], rl_flat])
+        best, best_val = jax.lax.cond(state.generation % cfg.select_every == 0, lambda: self._select(state, candidates),
+                                      lambda: (state.best, state.best_val))
         new = state.replace(learner=learner, strategy=strategy, population=pop, fitness=fit, lagrangian=lagrangian,
-                            key=jax.random.key_data(key), generation=state.generation + 1)
+                            key=jax.random.key_data(key), generation=state.generation + 1, best=best, best_val=best_val)
+        metrics.update(val_return=best_val[0], val_violation=best_val[1])
         n_played = (cfg.pop_size + 1) * cfg.episodes * self.env_params.max_steps
         return new, {"fitness_max": fit.max(), "fitness_mean": fit.mean(), "return_mean": returns.mean(),
                      "cost_total": costs.sum(-1).mean(), "cost_channels": costs.mean(0),
                      "multiplier": lagrangian.multiplier, **losses, **metrics,
                      "env_steps": (new.generation * n_played).astype(jnp.float32)}
 
+    def _actor(self, flat):
+        return lambda obs: self.td3.actor.apply(self.unravel(flat), obs)
+
+    def _select(self, state: ERLState, candidates):
+        ret, viol = jax.vmap(lambda p: self.validation_score(self._actor(p)))(candidates)
+        best, val = state.best, state.best_val
+        for k in range(candidates.shape[0]):
+            win = better(ret[k], viol[k], val[0], val[1])
+            best, val = jnp.where(win, candidates[k], best), jnp.where(win, jnp.stack([ret[k], viol[k]]), val)
+        return best, val
+
     def _evaluate(self, state: ERLState):
-        """ERL: the best evaluated member (the learner before any evaluation); CEM-RL: the distribution mean."""
-        if self.config.algorithm == "erl":
-            first = jnp.all(jnp.isneginf(state.fitness))
-            best = jnp.where(first, ravel_pytree(state.learner.actor)[0], state.population[jnp.argmax(state.fitness)])
-        else:
-            best = state.strategy.mean
-        return self.evaluate_policy(lambda obs: self.td3.actor.apply(self.unravel(best), obs))
+        """The actor chosen on the validation days (the learner's initial actor before any choice), on every test day."""
+        return self.evaluate_policy(self._actor(state.best))

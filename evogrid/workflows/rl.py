@@ -23,8 +23,8 @@ from evogrid.constraints import ConstraintConfig, Lagrangian
 from evogrid.envs.wrappers import TrainingWrapper
 from evogrid.rollout import EpisodeStats, collect, track_episodes
 from evogrid.utils.config import param
-from evogrid.utils.jax_utils import strong_types
-from evogrid.workflows.base import Workflow
+from evogrid.utils.jax_utils import strong_types, tree_where
+from evogrid.workflows.base import Workflow, better
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +36,8 @@ class RLConfig(ConstraintConfig):
     num_envs: int = param(16, "parallel environments", lo=1, cli="--envs")
     rollout_len: int = param(48, "steps per env per iteration", lo=1)
     hidden: tuple[int, ...] = param((64, 64), "actor and critic hidden layer widths", lo=1)
-    eval_episodes: int = param(16, "episodes of the evaluation", lo=1)
+    eval_episodes: int = param(16, "evaluation episodes of tasks without days (gymnax); day tasks play every test day", lo=1)
+    select_every: int = param(5, "iterations between re-evaluations of the policy on the validation days", lo=1)
     seed: int = param(0, "random seed", lo=0)
 
 
@@ -59,6 +60,8 @@ class RLState:
     episodes: EpisodeStats
     lagrangian: Lagrangian
     iteration: jnp.ndarray
+    best_actor: Any              # the actor chosen on the validation days (every agent state has `actor`)
+    best_val: jnp.ndarray        # [2] its validation (mean return, mean summed violation)
 
 
 class RLWorkflow(Workflow):
@@ -77,10 +80,12 @@ class RLWorkflow(Workflow):
     def _init(self, key) -> RLState:
         key, k_agent, k_env = jax.random.split(key, 3)
         obs, env_state = self.envs.reset(k_env, self.env_params)
-        state = RLState(key=jax.random.key_data(key), agent=self.agent.init(k_agent), env_state=env_state, obs=obs,
+        agent = self.agent.init(k_agent)
+        state = RLState(key=jax.random.key_data(key), agent=agent, env_state=env_state, obs=obs,
                         episodes=EpisodeStats.create(self.config.num_envs, len(self.cost_names)),
                         lagrangian=Lagrangian.create(len(self.cost_names), self.config),
-                        iteration=jnp.zeros((), jnp.int32))
+                        iteration=jnp.zeros((), jnp.int32), best_actor=agent.actor,
+                        best_val=jnp.asarray([-jnp.inf, jnp.inf]))
         return strong_types(state)
 
     def _step(self, state: RLState):
@@ -92,12 +97,26 @@ class RLWorkflow(Workflow):
                                                  cfg.rollout_len, fold=track_episodes, acc=state.episodes)
         agent, metrics = self.agent.learn(state.agent, k_learn, traj, state.lagrangian)
         lagrangian = state.lagrangian.update(episodes.last_cost, episodes.last_return, cfg)
+
+        def select():  # the learner's deterministic policy against the one kept so far, on the validation days
+            ret, viol = self.validation_score(self._policy(agent, agent.actor))
+            win = better(ret, viol, state.best_val[0], state.best_val[1])
+            return tree_where(win, agent.actor, state.best_actor), jnp.where(win, jnp.stack([ret, viol]), state.best_val)
+
+        best_actor, best_val = jax.lax.cond((state.iteration + 1) % cfg.select_every == 0, select,
+                                            lambda: (state.best_actor, state.best_val))
         state = state.replace(key=jax.random.key_data(key), agent=agent, env_state=env_state, obs=obs, episodes=episodes,
-                              lagrangian=lagrangian, iteration=state.iteration + 1)
+                              lagrangian=lagrangian, iteration=state.iteration + 1, best_actor=best_actor, best_val=best_val)
         return state, {"return": episodes.last_return, "cost_total": episodes.last_cost.sum(),
+                       "val_return": best_val[0], "val_violation": best_val[1],
                        "cost_channels": episodes.last_cost, "multiplier": lagrangian.multiplier,
                        "env_steps": (state.iteration * cfg.num_envs * cfg.rollout_len).astype(jnp.float32), **metrics}
 
+    def _policy(self, agent_state, actor):
+        return lambda obs: self.agent.act(agent_state.replace(actor=actor), obs)
+
     def _evaluate(self, state: RLState):
-        """The deterministic policy (the agent's `act`) over the evaluation episodes."""
-        return self.evaluate_policy(lambda obs: self.agent.act(state.agent, obs))
+        """The deterministic policy chosen on the validation days (the latest one before any choice), on
+        every test day."""
+        actor = tree_where(jnp.isfinite(state.best_val[0]), state.best_actor, state.agent.actor)
+        return self.evaluate_policy(self._policy(state.agent, actor))

@@ -1,0 +1,118 @@
+"""Optimisation baselines: the DC-OPF oracle replays through the env to its own objective with zero costs, the
+one-step problem matches PYPOWER's rundcopf, limits bind on the tasks, infeasible days say so; the day split."""
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import ppc_of
+
+from evogrid import baselines, cli
+from evogrid.baselines.tso import dc_opf_oracle, dispatch_action, myopic_policy, replay
+from evogrid.case import load_case
+from evogrid.case.matpower import PD, PG
+from evogrid.envs import make, make_trans_params
+from evogrid.envs.profiles import split_days
+
+
+@pytest.mark.parametrize("task", ["tso-case5", "tso-case14"])
+def test_oracle_schedule_replays_to_its_objective_with_zero_costs(task):
+    """Float64: the schedule, turned into actions, gives the env's return = -objective to 1e-6 relative
+    (measured ~1e-15) and every cost channel zero (to round-off, 1e-9 p.u.)."""
+    with jax.enable_x64(True):
+        env, params = make(task, split="test")
+        for r in [r for r in dc_opf_oracle(params, days=range(4)) if r.status == "optimal"]:
+            ret, costs = replay(env, params, r.day, dispatch_action(params, r.pg))
+            np.testing.assert_allclose(ret, -r.cost, rtol=1e-6)
+            assert np.all(costs <= 1e-9), costs
+
+
+@pytest.mark.parametrize("name", ["5", "9", "14", "30", "57", "118"])
+def test_one_step_dc_opf_matches_pypower_rundcopf(name):
+    """The oracle on one step of the case's own loads, with its own ratings and no ramp limit, is PYPOWER's
+    DC-OPF: objective to 1e-7 relative, dispatch to 1e-4 MW (PYPOWER's interior-point tolerance)."""
+    from pypower.api import ppoption, rundcopf
+
+    case = load_case(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = rundcopf(ppc_of(case), ppoption(VERBOSE=0, OUT_ALL=0))
+    with jax.enable_x64(True):
+        params = make_trans_params(case, max_steps=1, delta_t_hours=1.0, n_days=1, load_p=case.bus[:, PD][None, None],
+                                   ratings="case", default_ramp_per_hour=1e6, reward_scale=1.0)
+        day = dc_opf_oracle(params)[0]
+    assert ref["success"] and day.status == "optimal"
+    np.testing.assert_allclose(day.cost, ref["f"], rtol=1e-7)  # $/h over one hour, constant terms included
+    np.testing.assert_allclose(day.pg[0], ref["gen"][:, PG], atol=1e-4)
+
+
+def test_limits_bind_and_planning_pays_on_case14():
+    """case14 has no real ratings: derived ones (1.1 x the economic dispatch's flows at its own loads) and
+    merit ramp rates make lines bind on some test days and ramps on most, and the myopic policy pays more
+    than the oracle (measured: lines 13%, ramps 100%, myopic +0.04% of cost, feasible on the 15 days the
+    oracle solves; one test day has no feasible schedule)."""
+    report = baselines.baseline("tso-case14", refresh=True)
+    s = report["summary"]
+    assert s["line_binding_share"] > 0.05 and s["ramp_binding_share"] > 0.5
+    assert s["myopic_gap_pct"] > 0.01
+    solved = [i for i, status in enumerate(report["oracle"]["status"]) if status == "optimal"]
+    assert all(report["myopic"]["violation"][i] <= 1e-6 for i in solved)  # feasible wherever the oracle is
+
+
+def test_an_infeasible_day_is_reported_as_infeasible_not_as_a_number():
+    """Loads at 2x the fleet's capacity on one step: no schedule exists."""
+    with jax.enable_x64(True):
+        case = load_case("5")
+        load = make_trans_params(case, max_steps=4, n_days=1).load_p
+        load = np.asarray(load).copy()
+        load[0, 2] *= 1530.0 / load[0, 2].sum() * 2.0
+        params = make_trans_params(case, max_steps=4, n_days=1, load_p=load)
+        day = dc_opf_oracle(params)[0]
+    assert day.status == "infeasible" and day.cost is None and day.pg is None
+    with pytest.raises(ValueError, match="no optimisation baseline for task 'dcmg' yet"):
+        baselines.baseline("dcmg")
+
+
+def test_days_split_into_disjoint_seeded_sets():
+    parts = {s: split_days(64, s, seed=0) for s in ("train", "val", "test")}
+    assert [len(parts[s]) for s in ("train", "val", "test")] == [40, 8, 16]
+    assert sorted(np.concatenate(list(parts.values())).tolist()) == list(range(64))  # every day once, none twice
+    np.testing.assert_array_equal(split_days(64, "test", seed=0), parts["test"])
+    assert not np.array_equal(split_days(64, "test", seed=1), parts["test"])
+    _, test = make("tso-case5", split="test")
+    _, every = make("tso-case5")
+    np.testing.assert_array_equal(np.asarray(test.load_p), np.asarray(every.load_p)[parts["test"]])
+    with pytest.raises(ValueError, match="split must be one of all, train, val, test"):
+        make("tso-case5", split="testing")
+
+
+def test_evaluation_plays_every_test_day_the_same_way_whatever_the_run():
+    """The figures of a policy do not depend on the run's key, generation count or seed."""
+    from evogrid.workflows import ECConfig, ECWorkflow
+
+    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=4, episodes_per_individual=1, hidden=(4,)))
+    state = wf.init()
+    first = wf.evaluate(state)
+    later = wf.evaluate(state.replace(key=jnp.asarray(jax.random.key_data(jax.random.key(9))),
+                                      generation=jnp.asarray(300, jnp.int32)))
+    assert first["day_return"].shape == (16,)
+    for k in first:
+        np.testing.assert_array_equal(np.asarray(first[k]), np.asarray(later[k]))
+
+
+def test_baseline_command_prints_and_writes_json(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    code = cli.main(["baseline", "--task", "tso-case5", "--json", str(tmp_path / "b.json")])
+    out = capsys.readouterr().out
+    assert code == 0 and "days with a binding line limit" in out and "myopic gap to the oracle" in out
+    assert (tmp_path / "b.json").is_file() and list((tmp_path / "cache" / "evogrid" / "baselines").glob("tso-case5-test-*.json"))
+    assert cli.main(["baseline", "--task", "dso-case33bw"]) == 2
+    assert "no optimisation baseline for task 'dso-case33bw'" in capsys.readouterr().err
+
+
+def test_myopic_policy_is_feasible_where_one_step_suffices():
+    with jax.enable_x64(True):
+        env, params = make("tso-case14", split="test")
+        returns, costs = myopic_policy(env, params, days=[0])
+    assert costs.shape == (1, 3) and np.all(costs <= 1e-6) and returns[0] < 0
