@@ -131,7 +131,9 @@ def _train_parser(config_cls, algorithm: str) -> argparse.ArgumentParser:
     p.add_argument("--out", help="run directory (default runs/<task>-<algorithm>-<time>)")
     p.add_argument("--generations", type=int, default=300, help="total generations / iterations (default 300)")
     p.add_argument("--checkpoint-every", type=int, default=25, help="generations between checkpoints (default 25)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out from its newest checkpoint, with the run's own config")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--distributed", action="store_true",
                    help="multi-host run: start jax.distributed (options below, EVOGRID_* variables, or SLURM/MPI detection)")
     p.add_argument("--coordinator", help="with --distributed: HOST:PORT of process 0")
@@ -158,8 +160,14 @@ def _train_values(argv: list[str]):
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--algorithm")
     pre.add_argument("--config")
+    pre.add_argument("--out")
+    pre.add_argument("--resume", action="store_true")
     known, _ = pre.parse_known_args(argv)
     file_values = _read_config_file(known.config) if known.config else {}
+    run_values = {}
+    if known.resume and known.out and (Path(known.out) / "config.json").is_file():
+        run_values = _read_config_file(str(Path(known.out) / "config.json"))  # a run knows its own config
+        file_values = {**file_values, **run_values}
     try:
         algorithm, config_cls, _ = resolve(known.algorithm or file_values.get("algorithm", DEFAULT_ALGORITHM))
     except ValueError as err:
@@ -178,6 +186,12 @@ def _train_values(argv: list[str]):
         if given is not None and f.name != "algorithm":
             values[f.name] = given
     values["algorithm"] = algorithm
+    changed = sorted(k for k in run_values if k in values and values[k] != run_values[k]
+                     and not (isinstance(run_values[k], list) and tuple(run_values[k]) == tuple(values[k])))
+    if changed:
+        raise UsageError(f"--resume continues {args.out} with its own config; these options differ from it: "
+                         + ", ".join(f"{k} ({run_values[k]!r} there, {values[k]!r} here)" for k in changed)
+                         + " (only --generations and --checkpoint-every may change; use a new --out for another config)")
     if args.generations < 1 or args.checkpoint_every < 1:
         raise UsageError("--generations and --checkpoint-every must be positive")
     return args, values
@@ -211,20 +225,30 @@ def _train(argv: list[str]) -> int:
         print(f"evogrid train: {config.algorithm} on {config.task}, {args.generations} {workflow.unit}s on {n_dev} "
               f"{jax.devices()[0].platform.upper()} device(s)" + (f" in {n_proc} processes" if n_proc > 1 else "")
               + f" -> {out}", flush=True)
+    warning = _size_warning(config, workflow)
+    if warning and primary:
+        print(f"evogrid: warning: {warning}", file=sys.stderr)
     state = workflow.init()
     try:
         state, history = workflow.learn(state, args.generations, run_dir=out, checkpoint_every=args.checkpoint_every,
-                                        resume=args.resume)
+                                        resume=args.resume, progress=not args.quiet)
     except (FileExistsError, FileNotFoundError, PermissionError, CheckpointError, ValueError) as err:
         raise UsageError(str(err)) from None
     except FloatingPointError as err:
         print(f"evogrid: {err}", file=sys.stderr)
         return 1
+    from evogrid.utils.plots import learning_curve
+
+    if workflow.interrupted:
+        if primary:
+            learning_curve(out, history, title=f"{config.task} · {config.algorithm} · seed {config.seed}")
+            print(f"evogrid: interrupted at {workflow.unit} {history[-1]['generation'] if history else 0}; checkpoint, "
+                  f"metrics and curve are in {out}. Continue with:\n  evogrid train --resume --out {out} "
+                  f"--generations {args.generations}", file=sys.stderr)
+        return 130
     ev = workflow.evaluate(state)  # a collective computation under jax.distributed: every process takes part
     if not primary:
         return 0
-    from evogrid.utils.plots import learning_curve
-
     learning_curve(out, history, title=f"{config.task} · {config.algorithm} · seed {config.seed}")
     result = _evaluation(workflow, ev)
     (out / "eval.json").write_text(json.dumps(result, indent=1))
@@ -255,6 +279,18 @@ def _evaluation(workflow, ev) -> dict:
     return {**out, **days}
 
 
+def _size_warning(config, workflow) -> str | None:
+    """A full-covariance strategy on a large network is slow (O(D^2) memory, O(D^3) work per generation)."""
+    from evogrid.algorithms.es import FULL_COVARIANCE
+
+    n = getattr(workflow, "num_params", 0)
+    if config.algorithm in FULL_COVARIANCE and n > 2000:
+        seconds = 3.2 * (n / 1861) ** 2  # measured: CMA_ES at 1,861 parameters took 3.2 s per generation here
+        return (f"{config.algorithm} keeps a full covariance over {n:,} parameters: expect ~{seconds:.0f} s per "
+                "generation on a 2-core CPU; Sep_CMA_ES or SNES (diagonal) scale to large policies")
+    return None
+
+
 def _format_evaluation(ev: dict, where: str = "test days") -> str:
     shown = {k: v for k, v in ev.items() if not isinstance(v, list)}
     width = max(len(k) for k in shown)
@@ -283,6 +319,22 @@ def _eval(args) -> int:
     result = _evaluation(workflow, workflow.evaluate(state))
     (run / "eval.json").write_text(json.dumps(result, indent=1))
     print(_format_evaluation(result))
+    return 0
+
+
+def _bench(args) -> int:
+    from evogrid import bench
+
+    split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
+    try:
+        bench.check_grid(split(args.algorithms), split(args.tasks))
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    out = Path(args.out)
+    bench.bench(split(args.algorithms), split(args.tasks), args.seeds, out, args.generations,
+                log=lambda m: print(m, flush=True))
+    print((out / "results.md").read_text())
+    print(f"written: {out / 'results.jsonl'}, {out / 'results.md'}, {out / 'results.png'}")
     return 0
 
 
@@ -361,6 +413,12 @@ def main(argv: list[str] | None = None) -> int:
     ba.add_argument("--split", default="test", choices=("train", "val", "test"))
     ba.add_argument("--refresh", action="store_true", help="recompute instead of reading the cache")
     ba.add_argument("--json", help="also write the full report (per-day figures) to this file")
+    be = sub.add_parser("bench", help="algorithms x tasks x seeds against the oracle; resumable (see evogrid/bench.py)")
+    be.add_argument("--algorithms", default="Open_ES,Sep_CMA_ES,GA,ppo,td3,erl,cemrl", help="comma-separated names")
+    be.add_argument("--tasks", default="tso-case5,tso-case14,tso-case118,dso-case33bw,dcmg", help="comma-separated tasks")
+    be.add_argument("--seeds", type=int, default=3)
+    be.add_argument("--generations", type=int, help="per run (default: a budget per algorithm, see evogrid/bench.py)")
+    be.add_argument("--out", default="bench", help="output directory (default bench/)")
     sub.add_parser("cases", help="list shipped grid cases")
     sub.add_parser("tasks", help="list task names for `make`")
     try:
@@ -369,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "rollout" and (args.envs < 1 or args.steps < 1):
             parser.error("--envs and --steps must be positive")
-        commands = {"eval": _eval, "baseline": _baseline, "config": _config, "rollout": _rollout, "cases": _cases,
+        commands = {"eval": _eval, "baseline": _baseline, "bench": _bench, "config": _config, "rollout": _rollout, "cases": _cases,
                     "tasks": _tasks}
         return commands[args.command](args)
     except UsageError as err:

@@ -53,7 +53,7 @@ def test_killed_run_resumes_bit_identically(tmp_path):
         np.testing.assert_array_equal(a, b)
     # eval replays the best policy of the run
     ev = _cli("eval", str(killed))
-    assert ev.returncode == 0 and "evaluation of the best policy" in ev.stdout and "cost_channels:balance" in ev.stdout
+    assert ev.returncode == 0 and "evaluation of the chosen policy" in ev.stdout and "cost_channels:balance" in ev.stdout
     assert (killed / "learning_curve.png").stat().st_size > 1000 and (killed / "metrics.csv").exists()
     assert list((killed / "tb").glob("events.out.tfevents.*"))  # TensorBoard scalars
 
@@ -97,7 +97,7 @@ def test_rl_algorithms_train_resume_and_eval_from_the_command_line(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({"rollout_len": 12, "buffer_size": 500, "warmup_steps": 48, "updates_per_iter": 4}))
     first = _cli(*args, "--generations", "2")
     assert first.returncode == 0, first.stderr
-    assert "evaluation of the best policy" in first.stdout and (tmp_path / "run" / "learning_curve.png").exists()
+    assert "evaluation of the chosen policy" in first.stdout and (tmp_path / "run" / "learning_curve.png").exists()
     more = _cli(*args, "--generations", "4", "--resume")
     assert more.returncode == 0 and "resumed from iteration 2" in more.stderr, more.stderr
     rows = [json.loads(r) for r in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -128,3 +128,30 @@ def test_coevolution_from_the_command_line(tmp_path):
     assert more.returncode == 0 and "resumed from generation 1" in more.stderr, more.stderr
     ev = _cli("eval", str(tmp_path / "run"))
     assert ev.returncode == 0 and "markup_pct" in ev.stdout and "profits:genco_4" in ev.stdout, ev.stdout + ev.stderr
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_and_resume_takes_the_run_config(tmp_path):
+    """SIGINT finishes the generation, writes checkpoint, CSV and PNG, prints the resume command and exits 130;
+    `--resume --out RUN` alone continues with the run's own config, bit-identically to an uninterrupted run."""
+    total = 60
+    assert _cli("train", *ARGS, "--generations", str(total), "--out", str(tmp_path / "full")).returncode == 0
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "evogrid.cli", "train", *ARGS, "--generations", str(total), "--out", str(run)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (run / "metrics.jsonl").exists() or len((run / "metrics.jsonl").read_text().splitlines()) < 5:
+        assert proc.poll() is None and time.time() < deadline, "run ended before it could be interrupted"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    assert f"evogrid train --resume --out {run} --generations {total}" in err and "Traceback" not in err
+    stopped = len((run / "metrics.jsonl").read_text().splitlines())
+    assert stopped < total and (run / "checkpoints" / str(stopped)).is_dir()
+    assert (run / "metrics.csv").is_file() and (run / "learning_curve.png").is_file()
+    refused = _cli("train", "--resume", "--out", str(run), "--generations", str(total), "--sigma", "0.2")
+    assert refused.returncode == 2 and "differ from it: sigma (0.05 there, 0.2 here)" in refused.stderr
+    resumed = _cli("train", "--resume", "--out", str(run), "--generations", str(total))
+    assert resumed.returncode == 0, resumed.stderr
+    assert (run / "metrics.jsonl").read_text() == (tmp_path / "full" / "metrics.jsonl").read_text()

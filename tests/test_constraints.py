@@ -16,7 +16,7 @@ def test_multiplier_update_by_hand_on_two_steps():
             S = |return| = 100 (first update); weights = lambda * S = [220, 0, 55].
     Step 2: costs [0.5, 0, 0], return -80: I = [2.5, 0, 0.5]; lambda = [0.5 + 0.25, 0, 0 + 0.05] = [0.75, 0, 0.05];
             S = 0.9 * 100 + 0.1 * 80 = 98; weights = [73.5, 0, 4.9].
-    penalise(-10, costs [1, 1, 1]) = -10 - 78.4 = -88.4."""
+    penalise(-10, costs [1, 1, 1]) = (-10 - 78.4) / (1 + 0.8) = -49.11."""
     cfg = ConstraintConfig(constraint="lagrangian", lagrange_kp=1.0, lagrange_ki=0.1)
     lag = Lagrangian.create(3, cfg)
     np.testing.assert_array_equal(np.asarray(lag.weights()), 0.0)
@@ -26,7 +26,7 @@ def test_multiplier_update_by_hand_on_two_steps():
     lag = lag.update(jnp.array([0.5, 0.0, 0.0]), jnp.asarray(-80.0), cfg)
     np.testing.assert_allclose(np.asarray(lag.multiplier), [0.75, 0.0, 0.05], rtol=1e-6)
     np.testing.assert_allclose(float(lag.scale), 98.0, rtol=1e-6)
-    np.testing.assert_allclose(float(lag.penalise(jnp.asarray(-10.0), jnp.ones(3))), -88.4, rtol=1e-6)
+    np.testing.assert_allclose(float(lag.penalise(jnp.asarray(-10.0), jnp.ones(3))), -88.4 / 1.8, rtol=1e-6)
 
 
 def test_fixed_penalty_and_none_do_not_adapt():
@@ -50,8 +50,9 @@ def test_safe_rl_wrapper_penalises_with_the_lagrangian():
     _, state = safe.reset(jax.random.key(4), sp)
     acts = jnp.tile(jnp.array([-1.0, -1.0, -1.0, 1.0, 1.0]), (6, 1))  # a dispatch that strains the slack
     _, _, rew, costs, done, info = jax.jit(lambda k, s: scan_rollout(safe, k, s, sp, acts))(jax.random.key(5), state)
-    # weights = multiplier * scale = [20, 10, 5]
-    np.testing.assert_allclose(rew, info["reward_raw"] - np.asarray(costs) @ np.array([20.0, 10.0, 5.0]), rtol=1e-5, atol=1e-4)
+    # weights = multiplier * scale = [20, 10, 5]; normalised by 1 + sum(multiplier) = 4.5
+    expected = (info["reward_raw"] - np.asarray(costs) @ np.array([20.0, 10.0, 5.0])) / 4.5
+    np.testing.assert_allclose(rew, expected, rtol=1e-5, atol=1e-4)
     total = np.asarray(costs).sum(0)
     assert total.sum() > 0 and bool(done[-1])
     np.testing.assert_allclose(info["episode_cost"][-1], total, rtol=1e-5)

@@ -40,33 +40,43 @@ def test_replay_buffer_wraps_around():
 
 
 def _learn(config, iterations):
+    """Train; -> (workflow, state, (return, violation) before, (return, violation) after) on the test days."""
     wf = RLWorkflow(config)
     state = wf.init()
-    before = float(wf.evaluate(state)["return"])
+    score = lambda s: (float(wf.evaluate(s)["return"]), float(np.sum(wf.evaluate(s)["cost_channels"])))  # noqa: E731
+    before = score(state)
     state, _ = wf.step(state)
     compiled = wf.step._cache_size()
     for _ in range(iterations - 1):
         state, metrics = wf.step(state)
     assert wf.step._cache_size() == compiled  # one compiled iteration, reused
-    return wf, state, before, float(wf.evaluate(state)["return"])
+    return wf, state, before, score(state)
+
+
+def _learned(before, after, violation_share):
+    """With the default constraint handling (Lagrangian), learning means: the summed violation on the test days
+    falls below `violation_share` of the initial policy's, and the return does not fall by more than 20%."""
+    (ret0, viol0), (ret1, viol1) = before, after
+    assert viol1 <= violation_share * viol0, (before, after)
+    assert ret1 >= 1.2 * ret0, (before, after)  # returns are negative (costs)
 
 
 @pytest.mark.slow
 def test_ppo_learns_tso_case5():
-    """Seed 0: the deterministic policy's return improves by at least 25% of its initial magnitude."""
+    """Seed 0, 150 iterations. Measured: return -298 -> -317, violation 40.8 -> 0.08 (feasible on 25% of days)."""
     _, _, before, after = _learn(PPOConfig(task="tso-case5", num_envs=16, rollout_len=48), 150)
-    assert after > before + 0.25 * abs(before), (before, after)
+    _learned(before, after, 0.05)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config_cls", [TD3Config, SACConfig], ids=["td3", "sac"])
 def test_off_policy_learners_learn_tso_case5(config_cls):
-    """Seed 0: 50 iterations gain 20% of the initial magnitude. SAC was added as one algorithm module plus
-    a registry line and passes the same test as TD3."""
+    """Seed 0, 50 iterations. SAC was added as one algorithm module plus a registry line and passes the same
+    test as TD3. Measured: TD3 -298 -> -240, violation 40.8 -> 2.0; SAC -301 -> -258, 45.8 -> 5.5."""
     cfg = config_cls(task="tso-case5", num_envs=8, rollout_len=48, buffer_size=10_000, warmup_steps=1_000,
                      updates_per_iter=48, batch_size=128)
     _, state, before, after = _learn(cfg, 50)
-    assert after > before + 0.2 * abs(before), (before, after)
+    _learned(before, after, 0.25)
     assert int(state.agent.buffer.size) == 10_000 and int(state.agent.updates) > 0  # wrapped: 50 x 384 transitions
 
 

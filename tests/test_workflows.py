@@ -8,7 +8,6 @@ import pytest
 
 from evogrid.algorithms import EvosaxStrategy
 from evogrid.envs import make
-from evogrid.rollout import make_random_rollout
 from evogrid.utils.checkpoint import CheckpointError
 from evogrid.workflows import ALGORITHMS, ECConfig, ECWorkflow
 
@@ -48,20 +47,33 @@ def test_sign_flip_makes_evosax_maximise():
 
 @pytest.mark.slow
 def test_open_es_learns_tso_case5():
-    """Seeded Open_ES beats a uniformly random policy's mean return on case5 by a clear margin.
-
-    Random dispatch returns about -330 per 48-step day (measured below, same seed each run); a cost-
-    aware dispatch found in 25 generations of 32 returns above -280 (15% better).
-    """
+    """Seeded Open_ES with the default Lagrangian: in 25 generations of 32 the chosen policy's summed violation on
+    the test days falls below a tenth of the initial policy's (measured 45.0 -> 1.4), its return falling by less
+    than 20% (measured -293 -> -319: feasibility costs money)."""
     cfg = ECConfig(task="tso-case5", pop_size=32, episodes_per_individual=2, hidden=(16,), learning_rate=0.03, seed=1)
     wf = ECWorkflow(cfg)
-    reward, _, _, _ = make_random_rollout(wf.env, wf.env_params, 256, wf.env_params.max_steps)(jax.random.key(0))
-    random_return = float(reward.sum(1).mean())
     state = wf.init()
+    before = wf.evaluate(state)
     state, history = wf.learn(state, 25, progress=False)
-    learned = float(wf.evaluate(state)["return"])
-    assert learned > random_return + 0.15 * abs(random_return), (learned, random_return)
-    assert history[-1]["best_fitness"] > history[0]["fitness_max"]
+    after = wf.evaluate(state)
+    assert float(np.sum(after["cost_channels"])) <= 0.1 * float(np.sum(before["cost_channels"]))
+    assert float(after["return"]) >= 1.2 * float(before["return"])
+    assert history[-1]["val_violation"] < history[0]["val_violation"]
+
+
+@pytest.mark.slow
+def test_default_constraint_handling_removes_most_line_overload_on_tso_case5():
+    """The default Open_ES run (Lagrangian) against the same run with constraint="none", 150 generations of 64 x 4
+    episodes, seed 0, on the test days: the line-overload channel falls by over 90% (measured 0.95 -> 0.03 p.u.
+    per day) and the balance channel by over 99% (56 -> 0.02). Zero on every test day is not reached yet."""
+    thermal, balance = {}, {}
+    for mode in ("none", "lagrangian"):
+        wf = ECWorkflow(ECConfig(task="tso-case5", constraint=mode))
+        state, _ = wf.learn(wf.init(), 150, progress=False)
+        costs = np.asarray(wf.evaluate(state)["cost_channels"])
+        thermal[mode], balance[mode] = costs[wf.cost_names.index("thermal")], costs[wf.cost_names.index("balance")]
+    assert thermal["lagrangian"] <= 0.1 * thermal["none"], thermal
+    assert balance["lagrangian"] <= 0.01 * balance["none"], balance
 
 
 def test_bad_configs():

@@ -272,10 +272,11 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
 
 
 def merit_ramp_rates(case: Case) -> np.ndarray:
-    """Ramp rates (share of Pmax per hour) for a case without ramp data: the cheaper half of the units by
-    marginal cost at the middle of their range ramp at SLOW_RAMP (baseload), the others at FAST_RAMP
-    (mid-merit and peaking). A schedule that sees the evening peak coming raises the slow cheap units
-    early; a myopic one meets the peak with the fast dear ones."""
+    """Ramp rates (share of Pmax per hour) for a case without ramp data: the cheaper half of the units other
+    than the slack, by marginal cost at the middle of their range, ramp at SLOW_RAMP (baseload); the others
+    and the slack unit (it balances the system, like a unit on automatic generation control) at FAST_RAMP.
+    A schedule that sees the evening peak coming raises the slow cheap units early; a myopic one meets
+    the peak with the fast dear ones."""
     from evogrid.physics import generation_cost, make_gen_cost
 
     mid = 0.5 * (case.gen[:, PMIN] + case.gen[:, PMAX])
@@ -283,7 +284,9 @@ def merit_ramp_rates(case: Case) -> np.ndarray:
         cost = make_gen_cost(case)
         h = 1e-3 * np.maximum(case.gen[:, PMAX] - case.gen[:, PMIN], 1.0)
         marginal = (np.asarray(generation_cost(cost, jnp.asarray(mid + h))) - np.asarray(generation_cost(cost, jnp.asarray(mid - h)))) / (2 * h)
-    cheap = np.argsort(marginal, kind="stable")[: case.n_units // 2]
+    slack = np.flatnonzero(case.gen_bus == case.ref_bus)[:1]
+    others = np.setdiff1d(np.arange(case.n_units), slack)
+    cheap = others[np.argsort(marginal[others], kind="stable")[: case.n_units // 2]]
     rates = np.full(case.n_units, FAST_RAMP)
     rates[cheap] = SLOW_RAMP
     return rates

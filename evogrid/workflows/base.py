@@ -12,6 +12,8 @@ process 0 writes metrics and progress.
 """
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 import time
 from pathlib import Path
@@ -132,7 +134,10 @@ class Workflow:
 
     def learn(self, state, generations: int, run_dir: str | Path | None = None, checkpoint_every: int = 10,
               resume: bool = False, progress: bool = True):
-        """Run until `generations` steps have been taken in total. Returns (state, history)."""
+        """Run until `generations` steps have been taken in total. Returns (state, history).
+
+        SIGINT (Ctrl-C) or SIGTERM during the run finish the current step, write a checkpoint and the CSV,
+        and end the loop early; `self.interrupted` then says so (the CLI prints how to resume)."""
         history: list[dict] = []
         primary = jax.process_index() == 0
         progress = progress and primary
@@ -158,6 +163,19 @@ class Workflow:
         tb = _tensorboard(run.path, start) if files else None
         bar = Progress(self.unit, start, generations) if progress else None
         names = self.metric_names()
+        self.interrupted = False
+        with _stop_requests() as stop:
+            state, history = self._loop(state, history, start, generations, run, ckpt, files, tb, bar, names,
+                                        checkpoint_every, stop)
+        if bar is not None:
+            bar.close()
+        if files:
+            run.write_csv(history)
+        if tb is not None:
+            tb.close()
+        return state, history
+
+    def _loop(self, state, history, start, generations, run, ckpt, files, tb, bar, names, checkpoint_every, stop):
         for gen in range(start, generations):
             state, metrics = self.step(state)
             bad = _first_nan(state)
@@ -173,16 +191,14 @@ class Workflow:
                     if isinstance(v, (int, float)) and k != "generation":
                         tb.add_scalar(k, v, gen + 1)
             done = gen + 1
-            if ckpt is not None and (done % checkpoint_every == 0 or done == generations):
+            if ckpt is not None and (done % checkpoint_every == 0 or done == generations or stop()):
                 ckpt.save(done, state)
             if bar is not None:
                 bar.update(done, row)
-        if bar is not None:
-            bar.close()
-        if files:
-            run.write_csv(history)
-        if tb is not None:
-            tb.close()
+            if stop():
+                self.interrupted = True
+                _say(f"stopped after {self.unit} {done} on request; checkpoint written")
+                break
         return state, history
 
 
@@ -199,6 +215,29 @@ def _first_nan(state) -> str | None:
     paths = [jax.tree_util.keystr(p) for p, x in jax.tree_util.tree_leaves_with_path(state)
              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
     return paths[int(np.argmax(flags))]
+
+
+@contextlib.contextmanager
+def _stop_requests():
+    """Within the block, SIGINT and SIGTERM set a flag (the learn loop stops after the current step) instead of
+    raising; outside the main thread, or where signals cannot be set, nothing changes."""
+    flag = {"stop": False}
+
+    def handler(signum, frame):
+        if flag["stop"]:  # a second Ctrl-C: stop now
+            raise KeyboardInterrupt
+        flag["stop"] = True
+        _say("stopping after this step (Ctrl-C again to stop at once)")
+
+    try:
+        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        previous = {}
+    try:
+        yield lambda: flag["stop"]
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def _say(message: str) -> None:

@@ -1,0 +1,41 @@
+"""`evogrid bench`: names checked before anything runs, a killed grid resumes skipping finished runs, a failing
+run is recorded and the grid goes on; the summary's interval is a bootstrap over seeds."""
+import json
+
+import numpy as np
+import pytest
+
+from evogrid import bench, cli
+
+
+def test_unknown_names_are_refused_before_any_run(tmp_path, capsys):
+    code = cli.main(["bench", "--algorithms", "Open_ES,openez", "--tasks", "tso-case5", "--out", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown algorithm(s) openez; choose from Open_ES" in err
+    code = cli.main(["bench", "--algorithms", "ppo", "--tasks", "tso-case6", "--out", str(tmp_path / "b")])
+    assert code == 2 and "unknown task(s) tso-case6; choose from" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.slow
+def test_bench_resumes_and_records_failures(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    out, logs = tmp_path / "b", []
+    bench.bench(["Open_ES"], ["tso-case5"], 1, out, generations=2, log=logs.append)
+    # a second call with one more seed and a failing cell: only the new runs happen
+    rows = bench.bench(["Open_ES", "coevo"], ["tso-case5"], 2, out, generations=2, log=logs.append)
+    assert "1 runs done, 3 to go" in logs[-4 - 1] or any("1 runs done, 3 to go" in m for m in logs)
+    by = {(r["algorithm"], r["seed"]): r for r in rows}
+    assert len(rows) == 4 and by[("Open_ES", 0)]["status"] == by[("Open_ES", 1)]["status"] == "ok"
+    assert by[("coevo", 0)]["status"] == "failed" and "co-evolution needs a market task" in by[("coevo", 0)]["error"]
+    assert np.isfinite(by[("Open_ES", 1)]["gap_pct"]) and 0.0 <= by[("Open_ES", 1)]["feasible_share"] <= 1.0
+    table = (out / "results.md").read_text()
+    assert "| tso-case5 | Open_ES |" in table and (out / "results.png").stat().st_size > 1000
+    lines = (out / "results.jsonl").read_text().splitlines()
+    assert [json.loads(x)["seed"] for x in lines] == [0, 0, 1, 1] or len(lines) == 4
+
+
+def test_bootstrap_interval_brackets_the_mean():
+    mean, lo, hi = bench.bootstrap_ci([1.0, 2.0, 3.0, 4.0])
+    assert mean == 2.5 and lo < mean < hi and 1.0 <= lo and hi <= 4.0
+    assert np.isnan(bench.bootstrap_ci([])[0])
