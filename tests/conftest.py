@@ -39,6 +39,13 @@ def bus_injection_pu(case):
     return (s - (case.bus[:, PD] + 1j * case.bus[:, QD])) / case.base_mva
 
 
+def metrics_rows(path):
+    """The rows of a run's metrics.jsonl without the wall-clock column (which differs between identical runs)."""
+    import json
+
+    return [{k: v for k, v in json.loads(line).items() if k != "wall_s"} for line in open(path).read().splitlines()]
+
+
 def marl_scan(marl, params, n_envs: int, steps: int, agent: str):
     """Reset `n_envs` copies of a multi-agent view under vmap and scan `steps` zero-action auto-reset
     steps under jit: returns (reset obs_dict, rewards of `agent` [steps, n_envs], dones [steps, n_envs])."""

@@ -90,7 +90,7 @@ def test_refused_commands_change_nothing(tmp_path, capsys):
     before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
     # a resume with another config is refused, and config.json is left as it was
     code, _, err = _run(capsys, "train", *SMALL, "--sigma", "0.2", "--generations", "3", "--out", str(run), "--resume")
-    assert code == 2 and "different config (differs in: sigma)" in err and err.count("\n") == 1
+    assert code == 2 and "these options differ from it: sigma (0.05 there, 0.2 here)" in err and err.count("\n") == 1
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
     # a fresh run into an existing run, into a folder of the user's, under a file, or a resume of a typo
     (tmp_path / "mine").mkdir()

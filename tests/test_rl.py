@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import metrics_rows
 
 from evogrid.algorithms import gae
 from evogrid.utils.replay import ReplayBuffer
@@ -90,7 +91,7 @@ def test_resume_is_bit_identical(tmp_path):
     resumed, _ = wf.learn(wf.init(), 4, run_dir=tmp_path / "b", checkpoint_every=2, resume=True, progress=False)
     for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(full), jax.tree_util.tree_leaves(resumed)):
         assert np.array_equal(np.asarray(a), np.asarray(b)), jax.tree_util.keystr(path)
-    assert (tmp_path / "a" / "metrics.jsonl").read_text() == (tmp_path / "b" / "metrics.jsonl").read_text()
+    assert metrics_rows(tmp_path / "a" / "metrics.jsonl") == metrics_rows(tmp_path / "b" / "metrics.jsonl")
 
 
 def test_bad_rl_config():

@@ -12,6 +12,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from conftest import metrics_rows
 
 from evogrid.utils.checkpoint import Checkpointer
 from evogrid.utils.sharding import check_divisible
@@ -48,7 +49,7 @@ def _restore(run: Path):
 
 
 def _assert_same_run(a: Path, b: Path):
-    assert (a / "metrics.jsonl").read_text() == (b / "metrics.jsonl").read_text()  # fitness max/mean/min, costs
+    assert metrics_rows(a / "metrics.jsonl") == metrics_rows(b / "metrics.jsonl")  # fitness, returns, costs
     (step_a, state_a), (step_b, state_b) = _restore(a), _restore(b)
     assert step_a == step_b == 3
     for (path, x), y in zip(jax.tree_util.tree_leaves_with_path(state_a), jax.tree_util.tree_leaves(state_b)):

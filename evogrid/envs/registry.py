@@ -51,8 +51,12 @@ def make(name: str, **kwargs):
             if ac:
                 kwargs["ac"] = True
             return env_cls(), make_params(case, **kwargs)
+    import difflib
+
     shown = ", ".join(n for n in list_tasks() if not n.endswith("-ac"))
-    raise ValueError(f"unknown task {name!r}; known tasks: {shown} (append '-ac' for the AC power-flow mode; "
+    close = difflib.get_close_matches(name.lower(), list_tasks(), n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise ValueError(f"unknown task {name!r}{hint} (known tasks: {shown}; append '-ac' for the AC power-flow mode; "
                      "'gymnax:<id>' for a gymnax environment)")
 
 

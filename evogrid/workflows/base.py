@@ -176,13 +176,14 @@ class Workflow:
         return state, history
 
     def _loop(self, state, history, start, generations, run, ckpt, files, tb, bar, names, checkpoint_every, stop):
+        t0 = time.perf_counter() - (history[-1].get("wall_s", 0.0) if history else 0.0)  # wall time across resumes
         for gen in range(start, generations):
             state, metrics = self.step(state)
             bad = _first_nan(state)
             if bad is not None:
                 raise FloatingPointError(f"{self.unit} {gen + 1}: the run state holds NaN in {bad} (the search diverged); "
                                          f"the last checkpoint before it is kept; try a smaller step size or sigma")
-            row = {"generation": gen + 1, **flatten_row(_to_python(metrics), names)}
+            row = {"generation": gen + 1, **flatten_row(_to_python(metrics), names), "wall_s": time.perf_counter() - t0}
             history.append(row)
             if files:
                 run.append(row)
