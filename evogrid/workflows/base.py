@@ -192,11 +192,12 @@ class Workflow:
                     if isinstance(v, (int, float)) and k != "generation":
                         tb.add_scalar(k, v, gen + 1)
             done = gen + 1
-            if ckpt is not None and (done % checkpoint_every == 0 or done == generations or stop()):
+            stopping = stop()  # read once: a signal arriving between two reads must not skip the checkpoint
+            if ckpt is not None and (done % checkpoint_every == 0 or done == generations or stopping):
                 ckpt.save(done, state)
             if bar is not None:
                 bar.update(done, row)
-            if stop():
+            if stopping:
                 self.interrupted = True
                 _say(f"stopped after {self.unit} {done} on request; checkpoint written")
                 break
