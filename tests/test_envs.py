@@ -10,7 +10,7 @@ from evogrid.case.matpower import PD, PG, QD, VA, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
-CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5"]
+CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5"]
 HORIZON = 3  # short episodes so a rollout crosses episode boundaries
 
 
@@ -128,7 +128,10 @@ def test_every_transmission_case_steps_under_jit(name):
 
 
 def test_registry():
-    assert {"tso-case5", "tso-case14", "tso-case118-ac", "dso-case33bw"} <= set(list_tasks())
+    assert {"tso-case5", "tso-case14", "tso-case118-ac", "tso-case118-n1", "dso-case33bw"} <= set(list_tasks())
+    assert "n1_thermal" in make("tso-case14-n1", n_days=2)[0].constraint_names(make("tso-case14-n1", n_days=2)[1])
+    with pytest.raises(ValueError, match="unknown task 'dso-case33bw-n1'"):
+        make("dso-case33bw-n1")
     with pytest.raises(ValueError, match=r"unknown task 'tso-case7'.*tso-case14"):
         make("tso-case7")
     with pytest.raises(ValueError, match="unknown task 'dso-case14'"):

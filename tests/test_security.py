@@ -5,6 +5,8 @@ Tolerances: float64 1e-6 MW for every non-bridge single outage and for outage pa
 as for the DC flows), and an LODF divides by 1 - ISF[k, k], as small as 0.053 on case118; the factors are
 built in float64 and then rounded, so we test 2e-3 MW (measured worst 1.4e-4 MW on case118).
 """
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,6 +54,9 @@ def test_single_outages_match_pypower_and_bridges_are_found(name, precision):
     bridges = [k for k in range(case.n_branch) if _islands(case, [k])]
     assert np.flatnonzero(np.asarray(model.bridge)).tolist() == bridges
     assert np.all(np.isfinite(post)) and np.all(np.isfinite(np.asarray(model.lodf)))
+    screened, void = ph.contingency_flows(model, flow, jnp.zeros(0, jnp.int32), jnp.arange(case.n_branch))
+    assert np.flatnonzero(np.asarray(void)).tolist() == bridges
+    np.testing.assert_allclose(np.asarray(screened)[~np.asarray(void)], post[~np.asarray(void)], atol=TOL[precision])
     for k in range(case.n_branch):
         if k not in bridges:
             np.testing.assert_allclose(post[k], _rundcpf_without(case, [k]), atol=TOL[precision], err_msg=f"outage {k}")
@@ -84,6 +89,27 @@ def test_outage_pairs_by_the_low_rank_update(name):
             np.testing.assert_allclose(p, _rundcpf_without(case, list(pair)), atol=1e-6, err_msg=str(pair))
 
 
+@pytest.mark.parametrize("name", ["14", "118"])
+def test_n1_screening_on_top_of_an_outage(name):
+    """`contingency_flows` with one branch already out screens the grid as it is: its row for contingency c
+    is PYPOWER's flow with both removed; contingencies that now island the grid (or are the outage itself)
+    are void, as graph connectivity says."""
+    with jax.enable_x64(True):
+        case = load_case(name)
+        model = ph.make_outage_model(case)
+        flow, _ = ph.dc_line_flows(ph.make_dc_network(case), jnp.asarray(bus_injection_mw(case)))
+        first = int(np.flatnonzero(~np.asarray(model.bridge))[3])
+        out = jnp.asarray([first])
+        now, _ = ph.outage_flows(model, flow, out)
+        post, void = jax.jit(ph.contingency_flows)(model, now, out, jnp.arange(case.n_branch))
+    post, void = np.asarray(post), np.asarray(void)
+    assert np.all(np.isfinite(post))
+    for c in range(case.n_branch):
+        assert void[c] == (c == first or _islands(case, [first, c])), c
+        if not void[c]:
+            np.testing.assert_allclose(post[c], _rundcpf_without(case, [first, c]), atol=1e-6, err_msg=str(c))
+
+
 def test_unused_and_repeated_slots_change_nothing():
     with jax.enable_x64(True):
         case = load_case("14")
@@ -95,3 +121,67 @@ def test_unused_and_repeated_slots_change_nothing():
         twice, isl2 = ph.outage_flows(model, flow, jnp.asarray([2, 2, -1]))
     assert not bool(isl) and not bool(isl2)
     np.testing.assert_allclose(np.asarray(twice), np.asarray(once), atol=1e-12)
+
+
+def _env_case14(**kw):
+    from evogrid.envs import make
+
+    return make("tso-case14", max_steps=4, n_days=2, **kw)
+
+
+def test_env_n1_channel_and_scheduled_outage_match_pypower():
+    """tso-case14 with branch 2 out on step 1 of day 0 (a schedule given as a params leaf): the step's flows
+    are PYPOWER's with the branch removed, the observation shows its status, and `n1_thermal` equals the
+    overloads summed over every contingency that keeps the grid whole, each solved by PYPOWER."""
+    from evogrid.case.matpower import PD, PG
+
+    schedule = np.full((2, 4, 1), -1)
+    schedule[0, 1, 0] = 2
+    with jax.enable_x64(True):
+        env, params = _env_case14(n1=True, outage_schedule=schedule, split="all")
+        case = load_case("14")
+        _, state = env.reset_to_day(0, params)
+        n = case.n_branch
+        for t in range(2):
+            obs, state, _, costs, _, _ = env.step(jax.random.key(0), state, jnp.zeros(params.pmax.shape), params)
+            out = [2] if t == 1 else []
+            status = np.asarray(obs[-n:])  # status in the coming interval: branch 2 is out on step 1 only
+            assert status.tolist() == [0.0 if (t == 0 and k == 2) else 1.0 for k in range(n)]
+            gen = case.gen.copy()
+            gen[:, PG] = np.asarray(state.pg)
+            bus = case.bus.copy()
+            bus[:, PD] = np.asarray(params.load_p[0, t])
+            day_case = dataclasses.replace(case, gen=gen, bus=bus)
+            np.testing.assert_allclose(np.asarray(state.flow), _rundcpf_without(day_case, out), atol=1e-6)
+            rate = np.asarray(params.n1_rate)
+            expected = sum(np.maximum(np.abs(_rundcpf_without(day_case, out + [c])) - rate, 0.0).sum()
+                           for c in range(n) if c not in out and not _islands(case, out + [c]))
+            names = env.constraint_names(params)
+            np.testing.assert_allclose(float(costs[names.index("n1_thermal")]), expected / case.base_mva, rtol=1e-9)
+            assert expected > 0  # derived ratings: some contingency overloads a line, so the check has teeth
+
+
+def test_random_outages_are_seeded_whole_and_bounded():
+    _, params = _env_case14(outages_per_day=6.0, outage_steps=2, max_outages=2)
+    schedule = np.asarray(params.outage_schedule)
+    again = np.asarray(_env_case14(outages_per_day=6.0, outage_steps=2, max_outages=2)[1].outage_schedule)
+    other = np.asarray(_env_case14(outages_per_day=6.0, outage_steps=2, max_outages=2, seed=1)[1].outage_schedule)
+    np.testing.assert_array_equal(schedule, again)
+    assert not np.array_equal(schedule, other) and schedule.shape == (2, 4, 2) and np.any(schedule >= 0)
+    bridges = set(np.flatnonzero(np.asarray(params.outages.bridge)).tolist())
+    assert bridges and not bridges & set(schedule[schedule >= 0].tolist())  # never a branch that islands
+    for day in schedule:
+        for slot in day.T:  # each outage lasts outage_steps steps (or until the day ends)
+            runs = np.split(slot, np.flatnonzero(np.diff(slot) != 0) + 1)
+            assert all(len(r) <= 2 for r in runs if r[0] >= 0)
+
+
+def test_outage_options_refuse_bad_input():
+    with pytest.raises(ValueError, match="outside"):
+        _env_case14(outage_schedule=np.full((2, 4, 1), 99))
+    with pytest.raises(ValueError, match="shape"):
+        _env_case14(outage_schedule=np.full((3, 4, 1), -1))
+    with pytest.raises(ValueError, match="n1_contingencies"):
+        _env_case14(n1=True, n1_contingencies=[0, 50])
+    with pytest.raises(ValueError, match="ac=True"):
+        _env_case14(n1=True, ac=True)

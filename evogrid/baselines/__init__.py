@@ -26,7 +26,8 @@ BASELINE_VERSION = "1"  # bump when an oracle's formulation changes (invalidates
 
 
 def supported(task: str) -> bool:
-    return task.lower().startswith("tso-") and not task.lower().endswith("-ac")
+    """The DC transmission tasks without outages (the oracle has no AC physics and no N-1 constraints yet)."""
+    return task.lower().startswith("tso-") and not task.lower().endswith(("-ac", "-n1"))
 
 
 def _cache_path(task: str, split: str, params) -> Path:

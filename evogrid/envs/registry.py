@@ -1,14 +1,16 @@
 """Named tasks: `make("tso-case14")` -> (env, params).
 
-Names are "<task>-case<name>" with an optional "-ac" suffix for the AC
-Newton-Raphson mode, e.g. "tso-case5", "tso-case118-ac". Keyword arguments go
-to the task's `make_*_params`.
+Names are "<task>-case<name>" with an optional suffix on transmission tasks: "-ac" for the AC
+Newton-Raphson mode, "-n1" for the security task (N-1 screening channel and random line outages,
+TSO_SUFFIXES), e.g. "tso-case5", "tso-case118-ac", "tso-case14-n1". Keyword arguments go to the
+task's `make_*_params` (and override the suffix's).
 """
 from __future__ import annotations
 
 from evogrid.case import list_cases
 
 RADIAL_FEEDERS = ("33bw", "141")  # distribution feeders: DSO/DERs tasks, not TSO dispatch
+TSO_SUFFIXES = {"ac": {"ac": True}, "n1": {"n1": True, "outages_per_day": 2.0}}
 _TASKS = {}  # prefix -> (env class, params factory, case names it accepts)
 
 
@@ -23,7 +25,7 @@ def list_tasks() -> list[str]:
         if cases is None:
             names.append(prefix)
         for c in cases or ():
-            names += [f"{prefix}-case{c}"] + ([f"{prefix}-case{c}-ac"] if prefix == "tso" else [])
+            names += [f"{prefix}-case{c}"] + ([f"{prefix}-case{c}-{x}" for x in TSO_SUFFIXES] if prefix == "tso" else [])
     return names
 
 
@@ -41,22 +43,18 @@ def make(name: str, **kwargs):
         env_cls, make_params, _ = _TASKS[name.lower()]
         return env_cls(), make_params(**kwargs)
     parts = name.lower().split("-")
-    ac = parts[-1] == "ac"
-    if ac:
-        parts = parts[:-1]
+    suffix = parts.pop() if len(parts) == 3 else None
     if len(parts) == 2 and parts[0] in _TASKS and _TASKS[parts[0]][2] and parts[1].startswith("case"):
         env_cls, make_params, cases = _TASKS[parts[0]]
         case = parts[1].removeprefix("case")
-        if case in cases and not (ac and parts[0] != "tso"):
-            if ac:
-                kwargs["ac"] = True
-            return env_cls(), make_params(case, **kwargs)
+        if case in cases and (suffix is None or (parts[0] == "tso" and suffix in TSO_SUFFIXES)):
+            return env_cls(), make_params(case, **{**TSO_SUFFIXES.get(suffix, {}), **kwargs})
     import difflib
 
-    shown = ", ".join(n for n in list_tasks() if not n.endswith("-ac"))
+    shown = ", ".join(n for n in list_tasks() if n.count("-") == 1 or "-case" not in n)
     close = difflib.get_close_matches(name.lower(), list_tasks(), n=1, cutoff=0.75)
     hint = f"; did you mean {close[0]}?" if close else ""
-    raise ValueError(f"unknown task {name!r}{hint} (known tasks: {shown}; append '-ac' for the AC power-flow mode; "
+    raise ValueError(f"unknown task {name!r}{hint} (known tasks: {shown}; append '-ac' to a tso task for the AC power-flow mode, '-n1' for N-1 security; "
                      "'gymnax:<id>' for a gymnax environment)")
 
 

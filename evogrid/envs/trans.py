@@ -27,6 +27,14 @@ Cost channels (p.u. on the case's baseMVA, never folded into the reward):
   ramp         slack unit ramp beyond its limit
   voltage      (AC) sum of |V| outside [Vmin, Vmax]
   ac_diverged  (AC) 1.0 when Newton-Raphson did not converge
+  n1_thermal   (`n1=True`) sum over the screened single outages (every non-bridge branch by default;
+               `n1_contingencies` to screen fewer on large cases) of the post-outage flow above
+               `n1_rating` x RATE_A, i.e. preventive N-1 security, screened by LODF (`physics.security`)
+
+Outages as events (DC mode): `outages_per_day` random outages a day of `outage_steps` steps each on
+non-bridge branches (seeded per day, at most `max_outages` at once), or a schedule of your own
+(`outage_schedule`, a params leaf); the flows are the post-outage flows, the observation gains each
+branch's status for the interval being dispatched, and N-1 screening starts from the grid as it is.
 """
 from __future__ import annotations
 
@@ -49,19 +57,24 @@ from evogrid.physics import (
     ACNetwork,
     DCNetwork,
     GenCost,
+    OutageModel,
     as_float,
     branch_flows,
     bus_injections,
+    contingency_flows,
     dc_line_flows,
     generation_cost,
     jacobian,
     make_ac_network,
     make_dc_network,
     make_gen_cost,
+    make_outage_model,
     newton_raphson,
+    outage_flows,
 )
 
 SLOW_RAMP, FAST_RAMP = 0.05, 0.5  # share of Pmax per hour: the cheaper half of the fleet, the rest (merit_ramp_rates)
+N1_RATING = 1.25      # post-contingency limit: this times the line rating (a short-term emergency rating)
 RATING_MARGIN = 1.1    # derived ratings: this times the economic-dispatch flow at the case's own loads
 
 
@@ -100,6 +113,10 @@ class TransParams(EnvParams):
     inv_pmax: jnp.ndarray = None   # [n_units] 1 / Pmax (observation scaling)
     inv_rate: jnp.ndarray = None   # [n_branch] 1 / RATE_A, or 1 / baseMVA for unlimited branches
     time_features: jnp.ndarray = None  # [max_steps + 1, 3] sin, cos of time of day, episode progress
+    outage_schedule: jnp.ndarray = None  # [n_days, max_steps, k] int32 branches out of service, -1 = none
+    outages: OutageModel | None = None   # LODF model (outage events or N-1 screening only)
+    contingencies: jnp.ndarray | None = None  # [c] int32 single outages N-1 screens (None: no n1_thermal)
+    n1_rate: jnp.ndarray | None = None   # [n_branch] MW post-contingency limit
     base_mva: float = struct.field(pytree_node=False, default=100.0)
     ac: bool = struct.field(pytree_node=False, default=False)
     ac_iters: int = struct.field(pytree_node=False, default=10)
@@ -123,7 +140,8 @@ class TransGridEnv(Environment):
         lo = jnp.maximum(params.pmin, state.pg - params.ramp)
         hi = jnp.minimum(params.pmax, state.pg + params.ramp)
         pg = jnp.clip(target, lo, hi)
-        pg, flow, vm, va, extra = _solve(pg, load_p, load_q, state, params)
+        out = params.outage_schedule[state.day, t]
+        pg, flow, vm, va, extra = _solve(pg, load_p, load_q, state, params, out)
 
         # every unit, the slack included, is charged its cost curve at its actual output, also outside
         # [Pmin, Pmax] (a slack pushed below its minimum is credited at its marginal cost), so neither
@@ -142,6 +160,10 @@ class TransGridEnv(Environment):
                 jnp.sum(jnp.maximum(vm - params.vmax, 0.0) + jnp.maximum(params.vmin - vm, 0.0)) * params.base_mva,
                 (1.0 - extra["converged"]) * params.base_mva,
             ]
+        if params.contingencies is not None:
+            post, void = contingency_flows(params.outages, flow, out, params.contingencies)
+            over = jnp.sum(jnp.maximum(jnp.abs(post) - params.n1_rate, 0.0), axis=1)
+            costs.append(jnp.sum(jnp.where(void, 0.0, over)))
         costs = jnp.stack(costs) / params.base_mva
         next_t = t + 1
         new_state = TransState(time_step=next_t, day=state.day, pg=pg, flow=flow, vm=vm, va=va)
@@ -152,39 +174,55 @@ class TransGridEnv(Environment):
             "losses_mw": jnp.sum(pg) - jnp.sum(load_p),
             "nonfinite_actions": n_bad,
             "converged": extra["converged"],
+            "islanded": extra["islanded"],
         }
         return self._obs(new_state, params), new_state, reward, costs, done, info
 
     def _obs(self, state: TransState, params: TransParams):
-        """[loads p.u. (n_bus), pg / Pmax (n_units), |flow| / rating (n_branch), sin, cos time of day, progress]."""
+        """[loads p.u. (n_bus), pg / Pmax (n_units), |flow| / rating (n_branch), sin, cos time of day, progress,
+        and with outage events each branch's status in the coming interval (1 in service, 0 out; n_branch)]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
-        return jnp.concatenate([
+        parts = [
             params.load_p[state.day, t] * (1.0 / params.base_mva),
             state.pg * params.inv_pmax,
             jnp.abs(state.flow) * params.inv_rate,
             params.time_features[state.time_step],
-        ])
+        ]
+        if params.outage_schedule.shape[-1]:
+            parts.append(1.0 - _outaged(params.outage_schedule[state.day, t], params.rate.shape[0]).astype(state.pg.dtype))
+        return jnp.concatenate(parts)
 
     def observation_space(self, params: TransParams) -> Box:
         n = params.load_p.shape[-1] + params.pmax.shape[0] + params.rate.shape[0] + 3
+        n += params.rate.shape[0] if params.outage_schedule.shape[-1] else 0
         return Box(-jnp.inf, jnp.inf, (n,))
 
     def action_space(self, params: TransParams) -> Box:
         return Box(-1.0, 1.0, (params.pmax.shape[0],))
 
     def constraint_names(self, params: TransParams) -> tuple[str, ...]:
-        return ("thermal", "balance", "ramp") + (("voltage", "ac_diverged") if params.ac else ())
+        return (("thermal", "balance", "ramp") + (("voltage", "ac_diverged") if params.ac else ())
+                + (("n1_thermal",) if params.contingencies is not None else ()))
 
 
-def _solve(pg, load_p, load_q, state, params: TransParams):
-    """Power flow for a dispatch whose slack entry is to be determined. Returns (pg, flow, vm, va, extra)."""
+def _outaged(out, n_branch):
+    """[n_branch] bool: the branches listed in `out` (-1 entries ignored)."""
+    return jnp.any(jnp.arange(n_branch)[:, None] == out[None, :], axis=1)
+
+
+def _solve(pg, load_p, load_q, state, params: TransParams, out):
+    """Power flow for a dispatch whose slack entry is to be determined, with the branches `out` out of
+    service (DC). Returns (pg, flow, vm, va, extra)."""
     others = pg * (1.0 - params.slack)
     gen_p = others @ params.gen_incidence
+    one = jnp.asarray(1.0, pg.dtype)
     if not params.ac:
         p_bus = gen_p - load_p
         flow, p_ref = dc_line_flows(params.dc, p_bus)
         ps = p_ref - jnp.sum(p_bus * params.dc.ref_mask)
-        return others + ps * params.slack, flow, state.vm, state.va, {"converged": jnp.asarray(1.0, pg.dtype)}
+        post, islanded = (outage_flows(params.outages, flow, out) if out.shape[0] else (flow, jnp.asarray(False)))
+        extra = {"converged": one, "islanded": islanded.astype(pg.dtype)}
+        return others + ps * params.slack, post, state.vm, state.va, extra
     gen_q = params.qg @ params.gen_incidence
     s_bus = ((gen_p - load_p) + 1j * (gen_q - load_q)) / params.base_mva
     v0 = (state.vm * jnp.exp(1j * state.va)).astype(params.acn.v0.dtype)
@@ -198,13 +236,16 @@ def _solve(pg, load_p, load_q, state, params: TransParams):
     ps = jnp.sum((s_inj.real + load_p - gen_p) * ref)
     s_from, s_to = branch_flows(params.acn, v)
     flow = jnp.maximum(jnp.abs(s_from), jnp.abs(s_to))
-    return others + ps * params.slack, flow, jnp.abs(v), jnp.angle(v), {"converged": converged.astype(pg.dtype)}
+    extra = {"converged": converged.astype(pg.dtype), "islanded": 0.0 * one}
+    return others + ps * params.slack, flow, jnp.abs(v), jnp.angle(v), extra
 
 
 def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: float = 0.5, *, ac: bool = False,
                       ac_method: str = "chord", ac_iters: int | None = None, n_days: int = 64, seed: int = 0,
                       split: str = "all", reward_scale: float = 1e-3, default_ramp_per_hour: float | None = None,
-                      ratings: str = "auto", rating_margin: float = RATING_MARGIN, load_p=None, load_q=None) -> TransParams:
+                      ratings: str = "auto", rating_margin: float = RATING_MARGIN, load_p=None, load_q=None,
+                      n1: bool = False, n1_rating: float = N1_RATING, n1_contingencies=None, outages_per_day: float = 0.0,
+                      outage_steps: int = 4, max_outages: int = 1, outage_schedule=None) -> TransParams:
     """Parameters of `TransGridEnv` for a case.
 
     Loads: `n_days` seeded synthetic days ([n_days, max_steps, n_bus]: weekday and weekend shapes,
@@ -216,6 +257,13 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     slow, the others fast: ramps bind around the peaks and foresight pays). Line ratings (`ratings`): "case" uses RATE_A; "derived" uses `derived_ratings`;
     "auto" (default) derives them only for cases without real ones (every RATE_A 0 or >= 9900:
     case14, case57, case118).
+
+    Security (DC mode only): `n1=True` adds the `n1_thermal` channel, screening `n1_contingencies`
+    (branch indices; default every branch whose loss does not island the grid) against `n1_rating` x the
+    line rating (short-term emergency ratings are commonly 1.2-1.5 x the normal one). Outage events:
+    `outages_per_day` random outages a day (seeded by `seed`, uniform over non-bridge branches), each
+    `outage_steps` steps long, at most `max_outages` at once (later ones are dropped); or pass
+    `outage_schedule` [n_days, max_steps, k] of branch indices (-1 = none), drawn before the `split`.
 
     `init` caches, per day, the start-of-day state (the economic dispatch of the first interval's
     load and its power flow), so `reset` costs an index instead of a power flow. It is derived from
@@ -234,12 +282,27 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     if load_q is None:  # each bus keeps the case's own power factor (Qd / Pd; 0 where Pd is 0)
         load_q = load_p * np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
     load_q = np.asarray(load_q, float)
+    if (n1 or outages_per_day or outage_schedule is not None) and ac:
+        raise ValueError("line outages and N-1 screening use the DC model's outage factors; they are not "
+                         "available with ac=True (use the DC task)")
+    model = make_outage_model(case) if (n1 or outages_per_day or outage_schedule is not None) else None
+    schedule = _outage_schedule(case, model, outage_schedule, outages_per_day, outage_steps, max_outages,
+                                load_p.shape[0] if load_p.ndim == 3 else 1, max_steps, seed)
     if load_p.ndim == 3:
         days = split_days(load_p.shape[0], split, seed)
-        load_p, load_q = load_p[days], load_q[days] if load_q.ndim == 3 else load_q
+        load_p, load_q, schedule = load_p[days], load_q[days] if load_q.ndim == 3 else load_q, schedule[days]
     want = (max_steps, case.n_bus)
     if load_p.ndim != 3 or load_p.shape[1:] != want or load_q.shape != load_p.shape:
         raise ValueError(f"load_p and load_q must have shape [n_days, {want[0]}, {want[1]}], got {load_p.shape} and {load_q.shape}")
+    contingencies = None
+    if n1:
+        bridge = np.asarray(model.bridge)
+        contingencies = np.flatnonzero(~bridge) if n1_contingencies is None else np.asarray(n1_contingencies, int)
+        if contingencies.ndim != 1 or contingencies.size == 0 or np.any((contingencies < 0) | (contingencies >= case.n_branch)):
+            raise ValueError(f"n1_contingencies must be a non-empty list of branch indices in [0, {case.n_branch}), "
+                             f"got {n1_contingencies!r}")
+        if n1_rating <= 0:
+            raise ValueError(f"n1_rating must be positive, got {n1_rating}")
     gen = case.gen
     per_hour = merit_ramp_rates(case) if default_ramp_per_hour is None else np.full(case.n_units, default_ramp_per_hour)
     ramp = np.where(gen[:, RAMP_30] > 0, gen[:, RAMP_30] * delta_t_hours / 0.5, per_hour * gen[:, PMAX] * delta_t_hours)
@@ -266,9 +329,38 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         inv_pmax=as_float(1.0 / np.maximum(gen[:, PMAX], 1e-6)),
         inv_rate=as_float(np.where(np.isfinite(rate), 1.0 / rate, 1.0 / case.base_mva)),
         time_features=as_float(time_features(max_steps, delta_t_hours)),
+        outage_schedule=jnp.asarray(schedule, jnp.int32), outages=model,
+        contingencies=None if contingencies is None else jnp.asarray(contingencies, jnp.int32),
+        n1_rate=None if contingencies is None else as_float(n1_rating * rate),
     )
     init = _initial_states(params, _start_dispatch(case, load_p, float(case.bus[:, GS].sum())))
     return params.replace(init=init, init_obs=jax.vmap(TransGridEnv()._obs, in_axes=(0, None))(init, params))
+
+
+def _outage_schedule(case, model, given, per_day, steps, max_out, n_days, max_steps, seed) -> np.ndarray:
+    """[n_days, max_steps, k] branch indices out of service (-1 = none): `given`, checked, or random events."""
+    if given is not None:
+        given = np.asarray(given)
+        if given.ndim != 3 or given.shape[:2] != (n_days, max_steps) or not np.issubdtype(given.dtype, np.integer):
+            raise ValueError(f"outage_schedule must be integers of shape [{n_days}, {max_steps}, k], got {given.dtype} {given.shape}")
+        if np.any((given < -1) | (given >= case.n_branch)):
+            raise ValueError(f"outage_schedule holds branch indices outside [0, {case.n_branch}) (and -1 for none)")
+        return given.astype(np.int32)
+    if per_day < 0 or steps < 1 or max_out < 1:
+        raise ValueError(f"need outages_per_day >= 0, outage_steps >= 1, max_outages >= 1; got {per_day}, {steps}, {max_out}")
+    if not per_day:
+        return np.full((n_days, max_steps, 0), -1, np.int32)
+    candidates = np.flatnonzero(~np.asarray(model.bridge))
+    rng = np.random.default_rng([seed, 17])
+    schedule = np.full((n_days, max_steps, max_out), -1, np.int32)
+    for day in range(n_days):
+        for _ in range(rng.poisson(per_day)):
+            branch, start = rng.choice(candidates), rng.integers(max_steps)
+            span = schedule[day, start:start + steps]
+            free = np.flatnonzero(np.all(span == -1, axis=0) & ~np.any(span == branch))
+            if free.size:  # a slot free over the whole outage, and not the same branch again
+                span[:, free[0]] = branch
+    return schedule
 
 
 def merit_ramp_rates(case: Case) -> np.ndarray:
@@ -341,15 +433,16 @@ def _start_dispatch(case: Case, load_p: np.ndarray, gs_total: float) -> np.ndarr
 def _initial_states(params: TransParams, start_pg) -> TransState:
     """Start-of-day states [n_days] from the start dispatch [n_days, n_units] and its power flow."""
 
-    def one_day(pg, load_p, load_q):
+    def one_day(pg, load_p, load_q, out):
         empty = jnp.zeros(0, pg.dtype)
         start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=jnp.zeros_like(params.rate),
                            vm=jnp.abs(params.acn.v0).astype(pg.dtype) if params.ac else empty,
                            va=jnp.angle(params.acn.v0).astype(pg.dtype) if params.ac else empty)
         # a cold start: full Newton (set-up cost only), not the warm-started steps' method
         params_cold = params.replace(ac_iters=10, ac_jinv=None) if params.ac else params
-        pg, flow, vm, va, _ = _solve(pg, load_p, load_q, start, params_cold)
+        pg, flow, vm, va, _ = _solve(pg, load_p, load_q, start, params_cold, out)
         return start.replace(pg=pg, flow=flow, vm=vm, va=va)
 
-    states = jax.jit(jax.vmap(one_day))(as_float(start_pg), params.load_p[:, 0], params.load_q[:, 0])
+    states = jax.jit(jax.vmap(one_day))(as_float(start_pg), params.load_p[:, 0], params.load_q[:, 0],
+                                        params.outage_schedule[:, 0])
     return states.replace(day=jnp.arange(params.load_p.shape[0], dtype=jnp.int32))

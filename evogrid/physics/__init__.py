@@ -21,16 +21,23 @@ from evogrid.physics.cost import (
     make_gen_cost,
 )
 from evogrid.physics.dc import DCNetwork, dc_line_flows, dc_power_flow, make_dc_network
-from evogrid.physics.security import OutageModel, lodf, make_outage_model, n1_flows, outage_flows
 from evogrid.physics.radial import (
     RadialNetwork,
     backward_forward_sweep,
     make_radial_network,
 )
+from evogrid.physics.security import (
+    OutageModel,
+    contingency_flows,
+    lodf,
+    make_outage_model,
+    n1_flows,
+    outage_flows,
+)
 
 __all__ = [
     "ACNetwork", "Battery", "as_float", "DCNetwork", "GenCost", "OutageModel", "RadialNetwork",
-    "backward_forward_sweep", "battery_limits", "battery_step", "branch_flows", "bus_injections", "dc_line_flows", "dc_power_flow", "economic_dispatch", "generation_cost", "jacobian", "lodf",
+    "backward_forward_sweep", "battery_limits", "battery_step", "branch_flows", "bus_injections", "contingency_flows", "dc_line_flows", "dc_power_flow", "economic_dispatch", "generation_cost", "jacobian", "lodf",
     "make_ac_network", "make_battery", "make_dc_network", "make_gen_cost", "make_outage_model", "make_radial_network", "n1_flows",
     "newton_raphson", "outage_flows",
 ]
