@@ -34,7 +34,8 @@ def learning_curve(out: Path, history: list[dict], title: str, return_unit: str 
     if "return_max" in last:
         ax1.plot(gens, [r["return_max"] for r in history], label="best individual's return", alpha=0.7)
     ax1.set_xlabel("generation"), ax1.set_ylabel(f"return{f' ({return_unit})' if return_unit else ''}")
-    ax1.legend(fontsize=8)
+    if ax1.lines:
+        ax1.legend(fontsize=8)
     channels = [k for k in last if k.startswith("cost_channels:")]
     for k in channels:
         name = k.split(":", 1)[1]

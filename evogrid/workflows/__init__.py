@@ -1,6 +1,8 @@
 """Workflows compose algorithms into runs: `ECWorkflow` (evosax strategies, native GA), `RLWorkflow` (PPO,
-TD3, SAC), `ERLWorkflow` (ERL, CEM-RL), `CoevolutionWorkflow` (market co-evolution), and the registry
+TD3, SAC), `ERLWorkflow` (ERL, CEM-RL), `CoevolutionWorkflow` (market co-evolution), `AttackWorkflow`
+(operator vs line-tripping attacker), and the registry
 (`build`, `config_class`, `algorithms`) that maps algorithm names to (config, workflow)."""
+from evogrid.workflows.attack import AttackConfig, AttackWorkflow
 from evogrid.workflows.base import EVAL_SEED, Workflow
 from evogrid.workflows.coevo import CoevoConfig, CoevolutionWorkflow
 from evogrid.workflows.ec import ALGORITHMS, ECConfig, ECState, ECWorkflow
@@ -13,7 +15,7 @@ TD3Config = config_class("td3")
 SACConfig = config_class("sac")
 
 __all__ = [
-    "ALGORITHMS", "CoevoConfig", "CoevolutionWorkflow", "ECConfig", "ECState", "ECWorkflow", "ERL_ALGORITHMS",
+    "ALGORITHMS", "AttackConfig", "AttackWorkflow", "CoevoConfig", "CoevolutionWorkflow", "ECConfig", "ECState", "ECWorkflow", "ERL_ALGORITHMS",
     "ERLConfig", "ERLState", "ERLWorkflow", "EVAL_SEED", "PPOConfig", "RLConfig", "RLState", "RLWorkflow",
     "SACConfig", "TD3Config", "Workflow", "algorithms", "build", "config_class", "register", "rl_config",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 
 from evogrid.algorithms import PPO, SAC, TD3
+from evogrid.workflows.attack import AttackConfig, AttackWorkflow
 from evogrid.workflows.coevo import CoevoConfig, CoevolutionWorkflow
 from evogrid.workflows.ec import ALGORITHMS as EC_ALGORITHMS
 from evogrid.workflows.ec import ECConfig, ECWorkflow
@@ -63,3 +64,4 @@ register("sac", rl_config(SAC), RLWorkflow)
 for _name in ERL_ALGORITHMS:
     register(_name, ERLConfig, ERLWorkflow)
 register("coevo", CoevoConfig, CoevolutionWorkflow)
+register("attack", AttackConfig, AttackWorkflow)
