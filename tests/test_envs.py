@@ -208,6 +208,35 @@ def test_ac_mode_matches_pypower_for_the_env_dispatch(method, iters):
         np.testing.assert_allclose(float(info["losses_mw"]), ref["gen"][:, PG].sum() - ref["bus"][:, PD].sum(), atol=1e-5)
 
 
+def test_ac_env_with_q_limits_matches_pandapower():
+    """enforce_q_limits=True on case14 with loads at 1.6x (three units reach their limits): the env's step solves as pandapower's
+    runpp(enforce_q_lims=True) does for the same dispatch and loads (1e-6 p.u., 1e-5 degrees), and the
+    limits change the answer (the plain AC env's voltages differ)."""
+    import pandapower as pp
+    import pandapower.networks as pn
+
+    with jax.enable_x64(True):
+        case = load_case("14")
+        load_p = np.broadcast_to(1.6 * case.bus[:, PD], (1, 2, case.n_bus))
+        load_q = np.broadcast_to(1.6 * case.bus[:, QD], (1, 2, case.n_bus))
+        action = jnp.array([0.0, 0.8, 0.5, 0.2, 0.9])
+        params = make_trans_params(case, max_steps=2, ac=True, enforce_q_limits=True, load_p=load_p, load_q=load_q)
+        _, (_, new, _, _, _, info) = _one_step(params, action)
+        plain = make_trans_params(case, max_steps=2, ac=True, ac_method="newton", load_p=load_p, load_q=load_q)
+        _, (_, new_plain, *_) = _one_step(plain, action)
+    assert float(info["converged"]) == 1.0
+    net = pn.case14()  # its buses, loads and units in the MATPOWER file's order (0-based)
+    net.load.p_mw, net.load.q_mvar = load_p[0, 0][net.load.bus.values], load_q[0, 0][net.load.bus.values]
+    unit_of_bus = {int(b): i for i, b in enumerate(case.gen_bus)}
+    net.gen.p_mw = np.asarray(new.pg)[[unit_of_bus[int(b)] for b in net.gen.bus.values]]
+    pp.runpp(net, tolerance_mva=1e-9, init="flat", numba=False, enforce_q_lims=True)
+    np.testing.assert_allclose(np.asarray(new.vm), net.res_bus.vm_pu.values, atol=1e-6)
+    np.testing.assert_allclose(np.rad2deg(np.asarray(new.va)), net.res_bus.va_degree.values, atol=1e-5)
+    assert np.max(np.abs(np.asarray(new.vm) - np.asarray(new_plain.vm))) > 1e-3
+    with pytest.raises(ValueError, match="enforce_q_limits needs the AC model with full Newton"):
+        make_trans_params(case, max_steps=2, ac=True, ac_method="chord", enforce_q_limits=True, load_p=load_p, load_q=load_q)
+
+
 @pytest.mark.parametrize("name", ["14", "57", "118"])
 def test_ac_env_converges_wherever_pypower_does_on_random_actions(name):
     """Default AC mode (chord, float64): on 12 random-action steps, every step PYPOWER solves is reported

@@ -16,6 +16,8 @@ in float32 stalls at a mismatch of ~1e-5 p.u., which moves |V| by ~1e-5 and
 angles by ~1e-4 deg: we test 2e-5 p.u. and 1e-3 deg (measured worst 4.9e-6 and
 3.3e-4 deg).
 """
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -266,3 +268,38 @@ def test_piecewise_linear_cost_matches_pypower():
     assert float(ours[0, 0]) == pytest.approx(500.0) and float(ours[2, 0]) == pytest.approx(3800.0)
     for row in range(pg.shape[0]):
         np.testing.assert_allclose(np.asarray(ours[row]), totcost(gencost, pg[row]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("name, scale", [("14", 1.2), ("14", 1.4), ("30", 1.4)])
+def test_q_limits_match_pandapower(name, scale):
+    """PV -> PQ switching (`newton_raphson_q_limits`) against pandapower's `enforce_q_lims=True` with every
+    load scaled up until generators hit their reactive limits (case14 x1.2: 2 units, x1.4: 4 units;
+    case30 x1.4: 1 unit; the reference unit is not limited in either): |V| within 1e-6 p.u., angles
+    1e-5 degrees, the same buses switched, float64."""
+    import pandapower as pp
+    import pandapower.networks as pn
+
+    from evogrid.case.matpower import QD, QMAX, QMIN
+
+    net = getattr(pn, f"case{name}")()
+    net.load.p_mw *= scale
+    net.load.q_mvar *= scale
+    pp.runpp(net, tolerance_mva=1e-9, init="flat", numba=False, enforce_q_lims=True)
+    with jax.enable_x64(True):
+        case = load_case(name)
+        case = dataclasses.replace(case, bus=case.bus.copy())
+        case.bus[:, [2, 3]] *= scale
+        qmin, qmax = np.zeros(case.n_bus), np.zeros(case.n_bus)
+        np.add.at(qmin, case.gen_bus, case.gen[:, QMIN])
+        np.add.at(qmax, case.gen_bus, case.gen[:, QMAX])
+        qmin, qmax = (qmin - case.bus[:, QD]) / case.base_mva, (qmax - case.bus[:, QD]) / case.base_mva
+        acn = ph.make_ac_network(case)
+        v, converged, _, switched = jax.jit(ph.newton_raphson_q_limits)(acn, jnp.asarray(bus_injection_pu(case)), jnp.asarray(qmin), jnp.asarray(qmax))
+        plain, _, _ = ph.newton_raphson(acn, jnp.asarray(bus_injection_pu(case)))
+    assert bool(converged)
+    at_limit = net.gen.bus.values[np.isclose(net.res_gen.q_mvar.values, net.gen.max_q_mvar.values)
+                                  | np.isclose(net.res_gen.q_mvar.values, net.gen.min_q_mvar.values)]
+    assert sorted(np.flatnonzero(np.asarray(switched)).tolist()) == sorted(at_limit.tolist()) and at_limit.size
+    np.testing.assert_allclose(np.abs(v), net.res_bus.vm_pu.values, atol=1e-6)
+    np.testing.assert_allclose(np.rad2deg(np.angle(v)), net.res_bus.va_degree.values, atol=1e-5)
+    assert np.max(np.abs(np.abs(np.asarray(plain)) - np.abs(np.asarray(v)))) > 1e-3  # the limits changed the answer

@@ -14,7 +14,9 @@ imbalance, as the power flow's slack bus does. Physics per step:
   iteration is a matrix-vector product rather than an LU factorisation; "newton"
   refactorises every iteration. Both stop at the same solution; `info["converged"]`
   and the `ac_diverged` cost say if not, and a step without a solution keeps the
-  previous voltages so that every output stays finite.
+  previous voltages so that every output stays finite. `enforce_q_limits=True` (full
+  Newton) switches PV buses whose units reach their reactive limits to PQ
+  (`physics.newton_raphson_q_limits`, checked against pandapower's enforce_q_lims).
 
 reward = -(generation cost in $ over the step) * reward_scale, every unit's cost
 curve taken at its actual output (the slack's too, also outside [Pmin, Pmax], so
@@ -44,7 +46,7 @@ import numpy as np
 from flax import struct
 
 from evogrid.case import Case, load_case
-from evogrid.case.matpower import GS, PD, PG, PMAX, PMIN, QD, QG, RAMP_30, VMAX, VMIN
+from evogrid.case.matpower import GS, PD, PG, PMAX, PMIN, QD, QG, QMAX, QMIN, RAMP_30, VMAX, VMIN
 from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
 from evogrid.envs.profiles import (
     check_days,
@@ -70,6 +72,7 @@ from evogrid.physics import (
     make_gen_cost,
     make_outage_model,
     newton_raphson,
+    newton_raphson_q_limits,
     outage_flows,
 )
 
@@ -117,6 +120,8 @@ class TransParams(EnvParams):
     outages: OutageModel | None = None   # LODF model (outage events or N-1 screening only)
     contingencies: jnp.ndarray | None = None  # [c] int32 single outages N-1 screens (None: no n1_thermal)
     n1_rate: jnp.ndarray | None = None   # [n_branch] MW post-contingency limit
+    q_min: jnp.ndarray | None = None     # [n_bus] MVAr units' summed reactive limits (enforce_q_limits)
+    q_max: jnp.ndarray | None = None
     base_mva: float = struct.field(pytree_node=False, default=100.0)
     ac: bool = struct.field(pytree_node=False, default=False)
     ac_iters: int = struct.field(pytree_node=False, default=10)
@@ -226,7 +231,11 @@ def _solve(pg, load_p, load_q, state, params: TransParams, out):
     gen_q = params.qg @ params.gen_incidence
     s_bus = ((gen_p - load_p) + 1j * (gen_q - load_q)) / params.base_mva
     v0 = (state.vm * jnp.exp(1j * state.va)).astype(params.acn.v0.dtype)
-    v, converged, _ = newton_raphson(params.acn, s_bus, v0, iters=params.ac_iters, jacobian_inverse=params.ac_jinv)
+    if params.q_min is not None:  # PV -> PQ switching at the units' reactive limits
+        q_lo, q_hi = ((q - load_q) / params.base_mva for q in (params.q_min, params.q_max))
+        v, converged, _, _ = newton_raphson_q_limits(params.acn, s_bus, q_lo, q_hi, v0, iters=params.ac_iters)
+    else:
+        v, converged, _ = newton_raphson(params.acn, s_bus, v0, iters=params.ac_iters, jacobian_inverse=params.ac_jinv)
     # no solution (or a non-finite one): keep the previous voltages, so every output stays finite and the
     # next step starts from a sane point; the step is reported by `ac_diverged`
     converged = converged & jnp.all(jnp.isfinite(v.real) & jnp.isfinite(v.imag))
@@ -241,7 +250,7 @@ def _solve(pg, load_p, load_q, state, params: TransParams, out):
 
 
 def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: float = 0.5, *, ac: bool = False,
-                      ac_method: str = "chord", ac_iters: int | None = None, n_days: int = 64, seed: int = 0,
+                      ac_method: str | None = None, ac_iters: int | None = None, enforce_q_limits: bool = False, n_days: int = 64, seed: int = 0,
                       split: str = "all", reward_scale: float = 1e-3, default_ramp_per_hour: float | None = None,
                       ratings: str = "auto", rating_margin: float = RATING_MARGIN, load_p=None, load_q=None,
                       n1: bool = False, n1_rating: float = N1_RATING, n1_contingencies=None, outages_per_day: float = 0.0,
@@ -270,8 +279,12 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     the loads: after changing load leaves, rebuild the params with this function (passing `load_p`/`load_q`).
     """
     case = load_case(case) if not isinstance(case, Case) else case
-    if ac_method not in ("chord", "newton"):
+    if ac_method not in (None, "chord", "newton"):
         raise ValueError(f"ac_method must be 'chord' or 'newton', got {ac_method!r}")
+    if enforce_q_limits and (not ac or ac_method == "chord"):
+        raise ValueError("enforce_q_limits needs the AC model with full Newton (ac=True, ac_method='newton' or unset): "
+                         "the chord method's fixed Jacobian assumes fixed bus types")
+    ac_method = ac_method or ("newton" if enforce_q_limits else "chord")
     ac_iters = ac_iters or {"chord": 30, "newton": 10}[ac_method]  # maxima: the solver stops when converged
     check_days(max_steps, delta_t_hours, n_days)
     if ratings not in ("auto", "case", "derived"):
@@ -323,6 +336,11 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         gen_bus=jnp.asarray(case.gen_bus), gen_incidence=as_float(np.eye(case.n_bus)[case.gen_bus]), slack=as_float(slack), reward_scale=as_float(reward_scale),
         cost=make_gen_cost(case), dc=make_dc_network(case), acn=make_ac_network(case) if ac else None,
     )
+    if enforce_q_limits:
+        q_min, q_max = np.zeros(case.n_bus), np.zeros(case.n_bus)
+        np.add.at(q_min, case.gen_bus, gen[:, QMIN])
+        np.add.at(q_max, case.gen_bus, gen[:, QMAX])
+        params = params.replace(q_min=as_float(q_min), q_max=as_float(q_max))
     if ac and ac_method == "chord":
         params = params.replace(ac_jinv=_base_case_jacobian_inverse(case, params.acn))
     params = params.replace(

@@ -12,6 +12,7 @@ from evogrid.physics.ac import (
     jacobian,
     make_ac_network,
     newton_raphson,
+    newton_raphson_q_limits,
 )
 from evogrid.physics.battery import Battery, battery_limits, battery_step, make_battery
 from evogrid.physics.cost import (
@@ -39,5 +40,5 @@ __all__ = [
     "ACNetwork", "Battery", "as_float", "DCNetwork", "GenCost", "OutageModel", "RadialNetwork",
     "backward_forward_sweep", "battery_limits", "battery_step", "branch_flows", "bus_injections", "contingency_flows", "dc_line_flows", "dc_power_flow", "economic_dispatch", "generation_cost", "jacobian", "lodf",
     "make_ac_network", "make_battery", "make_dc_network", "make_gen_cost", "make_outage_model", "make_radial_network", "n1_flows",
-    "newton_raphson", "outage_flows",
+    "newton_raphson", "newton_raphson_q_limits", "outage_flows",
 ]

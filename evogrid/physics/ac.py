@@ -5,7 +5,8 @@ maximum) is reached, with a `lax.while_loop`; under vmap the loop runs until the
 member of the batch has converged, members that converged are held. The result carries a
 converged flag. Tolerances follow the dtype (`default_tol`). Bus types follow MATPOWER's
 `bustypes`: a PV or reference bus with no in-service generator is treated as PQ. Generator
-reactive limits are not enforced here (MATPOWER's default, ENFORCE_Q_LIMS = 0).
+reactive limits are not enforced by `newton_raphson` (MATPOWER's default, ENFORCE_Q_LIMS = 0);
+`newton_raphson_q_limits` enforces them by PV -> PQ switching in a fixed number of rounds.
 """
 from __future__ import annotations
 
@@ -145,6 +146,74 @@ def newton_raphson(net: ACNetwork, s_bus: jnp.ndarray, v0: jnp.ndarray | None = 
     v = _newton_update(net, v, _mismatch(net, v, s_bus), jacobian_inverse)
     mismatch = jnp.max(jnp.abs(_mismatch(net, v, s_bus)))
     return v, mismatch < tol, mismatch
+
+
+def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max: jnp.ndarray,
+                            v0: jnp.ndarray | None = None, rounds: int = 4, iters: int = 10, tol: float | None = None):
+    """Newton-Raphson with generator reactive limits (MATPOWER's ENFORCE_Q_LIMS = 1, pandapower's
+    `enforce_q_lims=True`): solve; every PV bus whose reactive injection lies outside [q_min, q_max]
+    becomes a PQ bus with its injection at the violated limit; solve again; `rounds` times at most
+    (static), switching never back. The reference bus keeps its voltage (its reactive output is not
+    limited), as in pandapower. PV set-points are `net.v0`'s magnitudes. Shapes stay static: every non-reference |V| is an unknown, and a bus
+    still in PV mode has the equation |V| = set-point instead of its Q balance.
+
+    Args:
+      s_bus: [n_bus] complex net injection in p.u. as for `newton_raphson`.
+      q_min, q_max: [n_bus] p.u. limits of the bus's net reactive injection (units' Qmin/Qmax summed,
+        minus the bus's reactive load); only PV buses' entries are used.
+    Returns:
+      (v, converged: solved and within every limit after the last round, max_mismatch p.u.,
+       switched [n_bus] bool: the buses that hit a limit). No derivative through the switching.
+    """
+    v0 = net.v0 if v0 is None else v0
+    tol = default_tol(v0.real.dtype) if tol is None else tol
+    n_bus, n = v0.shape[0], net.pvpq.shape[0]
+    full = net.replace(pq=net.pvpq)  # |V| unknown at every non-reference bus
+    is_pv = jnp.ones(n_bus, bool).at[net.pq].set(False)[net.pvpq]  # [n] PV buses, in pvpq order
+    vset = jnp.abs(net.v0)[net.pvpq]  # the set-points; v0 (e.g. a warm start) is only where Newton begins
+    lower = jnp.concatenate([jnp.zeros((n, n), v0.real.dtype), jnp.eye(n, dtype=v0.real.dtype)], axis=1)
+
+    def residual(v, s, hold):
+        f = _mismatch(full, v, s)
+        return jnp.concatenate([f[:n], jnp.where(hold, jnp.abs(v)[net.pvpq] - vset, f[n:])])
+
+    def solve(v, s, hold):
+        def keep_going(carry):
+            i, _, f = carry
+            return (i < iters) & (jnp.max(jnp.abs(f)) >= tol)
+
+        def step(carry):
+            i, v, f = carry
+            jac = jacobian(full, v)
+            jac = jnp.concatenate([jac[:n], jnp.where(hold[:, None], lower, jac[n:])])
+            dx = jnp.linalg.solve(jac, f)
+            va = jnp.angle(v).at[net.pvpq].add(-dx[:n])
+            vm = jnp.abs(v).at[net.pvpq].add(-dx[n:])
+            v = vm * jnp.exp(1j * va).astype(v.dtype)
+            return i + 1, v, residual(v, s, hold)
+
+        _, v, f = jax.lax.while_loop(keep_going, step, (jnp.int32(0), v, residual(v, s, hold)))
+        return v, jnp.max(jnp.abs(f))
+
+    def one_round(carry, _):
+        v, s, hold = carry
+        v, mismatch = solve(v, s, hold)
+        q = jnp.imag(v * jnp.conj(net.ybus @ v))[net.pvpq]
+        qlo, qhi = q_min[net.pvpq], q_max[net.pvpq]
+        over, under = hold & (q > qhi), hold & (q < qlo)
+        limit = jnp.where(over, qhi, qlo)
+        fix = over | under
+        s = s.at[net.pvpq].set(jnp.where(fix, s[net.pvpq].real + 1j * limit, s[net.pvpq]))
+        return (v, s, hold & ~fix), (mismatch, jnp.any(fix))
+
+    s0 = s_bus.astype(v0.dtype)
+    (v, s, hold), _ = jax.lax.scan(one_round, (v0, s0, is_pv), None, length=rounds)
+    v, mismatch = solve(v, s, hold)  # the last switches' solution
+    q = jnp.imag(v * jnp.conj(net.ybus @ v))[net.pvpq]
+    slack = 10 * tol
+    within = ~jnp.any(hold & ((q > q_max[net.pvpq] + slack) | (q < q_min[net.pvpq] - slack)))
+    switched = jnp.zeros(n_bus, bool).at[net.pvpq].set(is_pv & ~hold)
+    return v, (mismatch < tol) & within, mismatch, switched
 
 
 def _newton_update(net: ACNetwork, v, f, jacobian_inverse):
