@@ -237,11 +237,9 @@ def _train(argv: list[str]) -> int:
     except FloatingPointError as err:
         print(f"evogrid: {err}", file=sys.stderr)
         return 1
-    from evogrid.utils.plots import learning_curve
-
     if workflow.interrupted:
         if primary:
-            learning_curve(out, history, title=f"{config.task} · {config.algorithm} · seed {config.seed}")
+            _curve(out, history, config, workflow)
             print(f"evogrid: interrupted at {workflow.unit} {history[-1]['generation'] if history else 0}; checkpoint, "
                   f"metrics and curve are in {out}. Continue with:\n  evogrid train --resume --out {out} "
                   f"--generations {args.generations}", file=sys.stderr)
@@ -249,13 +247,40 @@ def _train(argv: list[str]) -> int:
     ev = workflow.evaluate(state)  # a collective computation under jax.distributed: every process takes part
     if not primary:
         return 0
-    learning_curve(out, history, title=f"{config.task} · {config.algorithm} · seed {config.seed}")
+    _curve(out, history, config, workflow)
     result = _evaluation(workflow, ev)
     (out / "eval.json").write_text(json.dumps(result, indent=1))
     print(_format_evaluation(result))
     print(f"metrics: {out / 'metrics.jsonl'}, {out / 'metrics.csv'}; curve: {out / 'learning_curve.png'}; "
           f"checkpoints: {out / 'checkpoints'}")
     return 0
+
+
+def _curve(out, history, config, workflow):
+    from evogrid.utils.plots import learning_curve
+
+    units = workflow.env.units(workflow.env_params)
+    learning_curve(out, history, title=f"{config.task} · {config.algorithm} · seed {config.seed}",
+                   return_unit=units["return"], cost_units=units)
+
+
+def _units(workflow, result: dict) -> dict:
+    """The unit of each figure of an evaluation, by key (the task's units; shares and gaps by name)."""
+    units = workflow.env.units(workflow.env_params)
+    out = {}
+    for key in result:
+        base = key.split(":", 1)
+        if base[0] == "cost_channels" and len(base) == 2:
+            out[key] = units.get(base[1], "")
+        elif key in ("return", "return_std", "day_return", "oracle_return", "myopic_return"):
+            out[key] = units["return"]
+        elif key == "gap_days":
+            out[key] = "test days the oracle solved"
+        elif key.endswith("_share"):
+            out[key] = "share of test days"
+        elif key.endswith("_pct"):
+            out[key] = "% of the oracle's cost" if "gap" in key else "%"
+    return out
 
 
 def _evaluation(workflow, ev) -> dict:
@@ -276,7 +301,8 @@ def _evaluation(workflow, ev) -> dict:
         s = report["summary"]
         out.update(oracle_return=s["oracle_return"], myopic_return=s["myopic_return"],
                    myopic_gap_pct=s["myopic_gap_pct"], myopic_feasible_share=s["myopic_feasible_share"])
-    return {**out, **days}
+    result = {**out, **days}
+    return {**result, "units": _units(workflow, result)}
 
 
 def _size_warning(config, workflow) -> str | None:
@@ -292,9 +318,11 @@ def _size_warning(config, workflow) -> str | None:
 
 
 def _format_evaluation(ev: dict, where: str = "test days") -> str:
-    shown = {k: v for k, v in ev.items() if not isinstance(v, list)}
+    shown = {k: v for k, v in ev.items() if isinstance(v, (int, float))}
+    units = ev.get("units", {})
     width = max(len(k) for k in shown)
-    return f"evaluation of the chosen policy on the {where}:\n" + "\n".join(f"  {k:<{width}}  {v:.6g}" for k, v in shown.items())
+    return f"evaluation of the chosen policy on the {where}:\n" + "\n".join(
+        f"  {k:<{width}}  {v:<11.6g} {units.get(k, '')}".rstrip() for k, v in shown.items())
 
 
 def _eval(args) -> int:

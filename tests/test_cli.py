@@ -55,6 +55,9 @@ def test_killed_run_resumes_bit_identically(tmp_path):
     # eval replays the best policy of the run
     ev = _cli("eval", str(killed))
     assert ev.returncode == 0 and "evaluation of the chosen policy" in ev.stdout and "cost_channels:balance" in ev.stdout
+    units = json.loads((killed / "eval.json").read_text())["units"]  # every figure with its unit
+    assert units["return"] == "k$ per day (minus generation cost)" and "k$ per day" in ev.stdout
+    assert "p.u. of baseMVA" in units["cost_channels:thermal"] and units["gap_to_oracle_pct"] == "% of the oracle's cost"
     assert (killed / "learning_curve.png").stat().st_size > 1000 and (killed / "metrics.csv").exists()
     assert list((killed / "tb").glob("events.out.tfevents.*"))  # TensorBoard scalars
 

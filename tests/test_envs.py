@@ -42,6 +42,8 @@ def test_auto_reset_inside_step(task):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(obs, obs_reset)
     assert costs.shape == (len(env.constraint_names(params)),) and np.all(np.asarray(costs) >= 0)
+    units = env.units(params)  # a unit for the return and every channel, for eval and plots
+    assert "return" in units and set(env.constraint_names(params)) <= set(units) and " per day" in units["return"]
 
 
 def test_step_auto_reset_stops_gradients(task):

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
+from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
 from evogrid.envs.profiles import (
     check_days,
     daily_load_shape,
@@ -147,6 +147,11 @@ class DCMicrogridEnv(Environment):
 
     def action_space(self, params: DCMGParams) -> Box:
         return Box(-1.0, 1.0, (4,))
+
+    def units(self, params: DCMGParams) -> dict[str, str]:
+        return {"return": f"{money_unit(params.reward_scale)} per day (minus energy, fuel, carbon)",
+                "sla": "MW of work late x steps", "temperature": "degC above the limit x steps",
+                "deficit": "MW unserved x steps"}
 
     def constraint_names(self, params: DCMGParams) -> tuple[str, ...]:
         return ("sla", "temperature", "deficit")

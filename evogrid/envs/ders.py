@@ -33,7 +33,7 @@ from evogrid.envs.dist import (
     feeder_fields,
     with_initial_states,
 )
-from evogrid.envs.environment import sanitize_action
+from evogrid.envs.environment import money_unit, sanitize_action
 from evogrid.envs.profiles import daily_price_profiles, split_days
 from evogrid.envs.spaces import Box
 from evogrid.physics import Battery, as_float, battery_step, make_battery
@@ -90,6 +90,10 @@ class DEREnv(DistGridEnv):
     def action_space(self, params: DERParams) -> Box:
         n = super().action_space(params).shape[0] + params.battery_incidence.shape[0]
         return Box(-1.0, 1.0, (n,))
+
+    def units(self, params: DERParams) -> dict[str, str]:
+        return {**super().units(params),
+                "return": f"{money_unit(params.reward_scale)} per day (minus import cost, losses, discomfort)"}
 
     def constraint_names(self, params: DERParams) -> tuple[str, ...]:
         return ("voltage", "thermal", "soc", "ac_diverged")

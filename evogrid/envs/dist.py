@@ -24,7 +24,7 @@ from flax import struct
 
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, QD
-from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
+from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
 from evogrid.envs.profiles import (
     check_days,
     daily_load_profiles,
@@ -151,6 +151,11 @@ class DistGridEnv(Environment):
 
     def action_space(self, params: DistParams) -> Box:
         return Box(-1.0, 1.0, (params.flex_incidence.shape[0] + 2 * params.pv_incidence.shape[0],))
+
+    def units(self, params: DistParams) -> dict[str, str]:
+        return {"return": f"{money_unit(params.reward_scale)} per day (minus losses, curtailment, discomfort)",
+                "voltage": "p.u. of |V| outside its band x buses x steps", "thermal": "p.u. current over rating x steps",
+                "ac_diverged": "steps without a power-flow solution", "soc": "MWh of battery energy clipped or not restored"}
 
     def constraint_names(self, params: DistParams) -> tuple[str, ...]:
         return ("voltage", "thermal", "ac_diverged")

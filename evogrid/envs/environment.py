@@ -116,6 +116,17 @@ class Environment:
     def num_constraints(self, params) -> int:
         return len(self.constraint_names(params))
 
+    def units(self, params) -> dict[str, str]:
+        """The unit of the episode return ("return") and of each cost channel summed over an episode,
+        for people reading figures (eval, progress, plots). Override in each task."""
+        return {"return": "reward units per episode", **{c: "cost units per episode" for c in self.constraint_names(params)}}
+
+
+def money_unit(reward_scale) -> str:
+    """The money unit of a reward that is dollars times `reward_scale`: "k$" for 1e-3, "$" for 1, "10 $" for 0.1."""
+    per = float(f"{1.0 / float(reward_scale):.6g}")  # float32 scales: 1 / 0.001f is 999.99994
+    return {1e3: "k$", 1e6: "M$", 1.0: "$"}.get(per, f"{per:g} $")
+
 
 def sanitize_action(action: jnp.ndarray):
     """Replace NaN/inf by 0 (mid-range) and clip to [-1, 1]. Returns (action, n_nonfinite int32)."""

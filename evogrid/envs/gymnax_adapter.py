@@ -74,5 +74,8 @@ class GymnaxEnv(Environment):
     def action_space(self, params):
         return Box(-1.0, 1.0, (self.n_act,))
 
+    def units(self, params):
+        return {"return": "the gymnax task's reward per episode"}
+
     def constraint_names(self, params):
         return ()

@@ -22,7 +22,7 @@ from flax import struct
 
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, PMAX
-from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
+from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
 from evogrid.envs.profiles import (
     check_days,
     daily_load_profiles,
@@ -115,6 +115,10 @@ class GenCoMarketEnv(Environment):
 
     def action_space(self, params: MarketParams) -> Box:
         return Box(-1.0, 1.0, (params.company.shape[1],))
+
+    def units(self, params: MarketParams) -> dict[str, str]:
+        return {"return": f"{money_unit(params.reward_scale)} per day (the companies' summed profit)",
+                "unserved": "MW shed x steps", "thermal": "MW over line ratings x steps"}
 
     def constraint_names(self, params: MarketParams) -> tuple[str, ...]:
         return ("unserved", "thermal")

@@ -47,7 +47,7 @@ from flax import struct
 
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import GS, PD, PG, PMAX, PMIN, QD, QG, QMAX, QMIN, RAMP_30, VMAX, VMIN
-from evogrid.envs.environment import Environment, EnvParams, EnvState, sanitize_action
+from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
 from evogrid.envs.profiles import (
     check_days,
     daily_load_profiles,
@@ -204,6 +204,14 @@ class TransGridEnv(Environment):
 
     def action_space(self, params: TransParams) -> Box:
         return Box(-1.0, 1.0, (params.pmax.shape[0],))
+
+    def units(self, params: TransParams) -> dict[str, str]:
+        steps = "p.u. of baseMVA x steps"
+        return {"return": f"{money_unit(params.reward_scale)} per day (minus generation cost)",
+                "thermal": f"flow over rating, {steps}", "balance": f"slack output outside its limits, {steps}",
+                "ramp": f"slack ramp beyond its limit, {steps}", "voltage": "p.u. of |V| outside its band x buses x steps",
+                "ac_diverged": "steps without a power-flow solution",
+                "n1_thermal": f"post-outage flow over the N-1 rating, summed over outages, {steps}"}
 
     def constraint_names(self, params: TransParams) -> tuple[str, ...]:
         return (("thermal", "balance", "ramp") + (("voltage", "ac_diverged") if params.ac else ())

@@ -27,6 +27,9 @@ class _ForwardSpaces:
     def num_constraints(self, params):
         return len(self.constraint_names(params))
 
+    def units(self, params):
+        return self.env.units(self._inner_params(params))
+
 
 class TrainingWrapper(_ForwardSpaces, Environment):
     """A batch of `num_envs` copies of `env`: `reset`/`step` take one key and batched states/actions.
