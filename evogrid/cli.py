@@ -343,11 +343,33 @@ def _eval(args) -> int:
     if restored is None:
         raise UsageError(f"no checkpoint in {run / 'checkpoints'}")
     step, state = restored
+    if args.plot:
+        n_days = workflow.env.num_days(workflow.split_params("test"))
+        if n_days is None:
+            raise UsageError(f"{config.task} has no days to plot")
+        if not 0 <= args.day < n_days:
+            raise UsageError(f"--day must be in [0, {n_days}) ({config.task} has {n_days} test days), got {args.day}")
     print(f"evogrid eval: {config.algorithm} on {config.task}, checkpoint of {workflow.unit} {step}")
     result = _evaluation(workflow, workflow.evaluate(state))
     (run / "eval.json").write_text(json.dumps(result, indent=1))
     print(_format_evaluation(result))
+    if args.plot:
+        print(f"grid over test day {args.day}: {_plot_day(workflow, config, state, args.day, run)}")
     return 0
+
+
+def _plot_day(workflow, config, state, day: int, run: Path) -> Path:
+    import jax.numpy as jnp
+
+    from evogrid.utils.plots import grid_day
+
+    params = workflow.split_params("test")
+    try:
+        trace = workflow.trace_day(state, jnp.int32(day))
+    except NotImplementedError as err:
+        raise UsageError(str(err)) from None
+    title = f"{config.task} · {config.algorithm} · seed {config.seed} · test day {day}"
+    return grid_day(run / f"grid_day{day}.png", trace, title, workflow.cost_names, float(params.delta_t_hours))
 
 
 def _bench(args) -> int:
@@ -429,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
                    add_help=False)
     ev = sub.add_parser("eval", help="evaluate the best policy of a run")
     ev.add_argument("run_dir")
+    ev.add_argument("--plot", action="store_true", help="also draw the grid over a test day (RUN/grid_day<N>.png)")
+    ev.add_argument("--day", type=int, default=0, help="the test day --plot draws (default 0)")
     co = sub.add_parser("config", help="list every config key of an algorithm with its default and help")
     co.add_argument("--algorithm", default=DEFAULT_ALGORITHM)
     ro = sub.add_parser("rollout", help="batched random-policy rollout with a throughput table")

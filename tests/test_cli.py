@@ -53,8 +53,11 @@ def test_killed_run_resumes_bit_identically(tmp_path):
     for a, b in zip(jax.tree_util.tree_leaves(state_a), jax.tree_util.tree_leaves(state_b)):
         np.testing.assert_array_equal(a, b)
     # eval replays the best policy of the run
-    ev = _cli("eval", str(killed))
+    ev = _cli("eval", str(killed), "--plot", "--day", "2")
     assert ev.returncode == 0 and "evaluation of the chosen policy" in ev.stdout and "cost_channels:balance" in ev.stdout
+    assert (killed / "grid_day2.png").stat().st_size > 1000  # the grid over test day 2
+    bad_day = _cli("eval", str(killed), "--plot", "--day", "99")
+    assert bad_day.returncode == 2 and "--day must be in [0, 16)" in bad_day.stderr
     units = json.loads((killed / "eval.json").read_text())["units"]  # every figure with its unit
     assert units["return"] == "k$ per day (minus generation cost)" and "k$ per day" in ev.stdout
     assert "p.u. of baseMVA" in units["cost_channels:thermal"] and units["gap_to_oracle_pct"] == "% of the oracle's cost"

@@ -149,3 +149,18 @@ def test_example_subclass_hook_orders_infeasible_below_feasible(short_task):
     assert f[3] < -10.0 and f[2] < f[3]
     state, _ = wf.step(wf.init())
     assert np.isfinite(float(state.best_val[0]))  # the first generation chose a policy on the validation days
+
+
+def test_trace_day_replays_the_evaluated_policy():
+    """`trace_day` (what `evogrid eval --plot` draws) is the evaluated policy on that test day: its rewards
+    sum to the evaluation's day_return and its costs to the day's summed cost; the grid view holds the
+    dispatch (MW per unit), the load and the branch loadings, and the dispatch meets load every step (DC)."""
+    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,)))
+    state, _ = wf.step(wf.init())
+    ev = wf.evaluate(state)
+    for day in (0, 5):
+        trace = wf.trace_day(state, jnp.int32(day))
+        np.testing.assert_allclose(float(trace["reward"].sum()), float(ev["day_return"][day]), rtol=1e-5)
+        np.testing.assert_allclose(float(trace["costs"].sum()), float(ev["day_cost"][day]), rtol=1e-4, atol=1e-5)
+    assert trace["dispatch_mw"].shape == (48, 5) and trace["loading_pct"].shape == (48, 6)
+    np.testing.assert_allclose(np.asarray(trace["dispatch_mw"].sum(1)), np.asarray(trace["load_mw"]), rtol=1e-5)

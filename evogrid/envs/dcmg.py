@@ -148,6 +148,9 @@ class DCMicrogridEnv(Environment):
     def action_space(self, params: DCMGParams) -> Box:
         return Box(-1.0, 1.0, (4,))
 
+    def grid_view(self, state: DCMGState, params: DCMGParams) -> dict:
+        return {"soc": state.soc, "temperature_c": state.temp}
+
     def units(self, params: DCMGParams) -> dict[str, str]:
         return {"return": f"{money_unit(params.reward_scale)} per day (minus energy, fuel, carbon)",
                 "sla": "MW of work late x steps", "temperature": "degC above the limit x steps",

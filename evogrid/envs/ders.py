@@ -91,6 +91,9 @@ class DEREnv(DistGridEnv):
         n = super().action_space(params).shape[0] + params.battery_incidence.shape[0]
         return Box(-1.0, 1.0, (n,))
 
+    def grid_view(self, state: DERState, params: DERParams) -> dict:
+        return {**super().grid_view(state, params), "soc": state.soc}
+
     def units(self, params: DERParams) -> dict[str, str]:
         return {**super().units(params),
                 "return": f"{money_unit(params.reward_scale)} per day (minus import cost, losses, discomfort)"}

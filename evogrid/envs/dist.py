@@ -152,6 +152,11 @@ class DistGridEnv(Environment):
     def action_space(self, params: DistParams) -> Box:
         return Box(-1.0, 1.0, (params.flex_incidence.shape[0] + 2 * params.pv_incidence.shape[0],))
 
+    def grid_view(self, state: DistState, params: DistParams) -> dict:
+        t = jnp.clip(state.time_step - 1, 0, params.max_steps - 1)
+        return {"load_mw": jnp.sum(params.load_p[state.day, t]), "vm_pu": state.vm,
+                "v_band": jnp.stack([jnp.min(params.v_min), jnp.max(params.v_max)])}
+
     def units(self, params: DistParams) -> dict[str, str]:
         return {"return": f"{money_unit(params.reward_scale)} per day (minus losses, curtailment, discomfort)",
                 "voltage": "p.u. of |V| outside its band x buses x steps", "thermal": "p.u. current over rating x steps",

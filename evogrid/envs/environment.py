@@ -116,10 +116,21 @@ class Environment:
     def num_constraints(self, params) -> int:
         return len(self.constraint_names(params))
 
+    def grid_view(self, state, params) -> dict:
+        """What a grid operator looks at after a step, as named arrays (keys and units in `GRID_VIEW`;
+        jit/vmap-safe). Tasks without a grid return {}."""
+        return {}
+
     def units(self, params) -> dict[str, str]:
         """The unit of the episode return ("return") and of each cost channel summed over an episode,
         for people reading figures (eval, progress, plots). Override in each task."""
         return {"return": "reward units per episode", **{c: "cost units per episode" for c in self.constraint_names(params)}}
+
+
+GRID_VIEW = {  # the keys `grid_view` may return, with their units (evogrid eval --plot draws each that is present)
+    "dispatch_mw": "MW per unit", "load_mw": "MW", "loading_pct": "% of rating per branch",
+    "vm_pu": "p.u. per bus", "v_band": "p.u. (min, max)", "soc": "share of capacity per battery", "temperature_c": "degC",
+}
 
 
 def money_unit(reward_scale) -> str:

@@ -205,6 +205,14 @@ class TransGridEnv(Environment):
     def action_space(self, params: TransParams) -> Box:
         return Box(-1.0, 1.0, (params.pmax.shape[0],))
 
+    def grid_view(self, state: TransState, params: TransParams) -> dict:
+        t = jnp.clip(state.time_step - 1, 0, params.max_steps - 1)  # the interval just dispatched
+        view = {"dispatch_mw": state.pg, "load_mw": jnp.sum(params.load_p[state.day, t]),
+                "loading_pct": 100.0 * jnp.abs(state.flow) / params.rate}
+        if params.ac:
+            view.update(vm_pu=state.vm, v_band=jnp.stack([jnp.min(params.vmin), jnp.max(params.vmax)]))
+        return view
+
     def units(self, params: TransParams) -> dict[str, str]:
         steps = "p.u. of baseMVA x steps"
         return {"return": f"{money_unit(params.reward_scale)} per day (minus generation cost)",

@@ -55,3 +55,69 @@ def learning_curve(out: Path, history: list[dict], title: str, return_unit: str 
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def grid_day(path: Path, trace: dict, title: str, cost_names=(), hours_per_step: float = 1.0):
+    """One test day of a policy as a grid operator sees it (`Workflow.trace_day`): the dispatch stack
+    against load, the five most loaded branches, the bus-voltage range against its band, battery charge,
+    room temperature (whichever the task has), and each cost channel per step."""
+    import numpy as np
+
+    plt = _pyplot()
+    if plt is None:
+        return None
+    trace = {k: np.asarray(v) for k, v in trace.items()}
+    hours = np.arange(1, trace["reward"].shape[0] + 1) * hours_per_step
+    panels = []
+    if "dispatch_mw" in trace or "load_mw" in trace:
+        panels.append("power")
+    panels += [k for k in ("loading_pct", "vm_pu", "soc", "temperature_c") if k in trace] + ["costs"]
+    cols = 2 if len(panels) > 1 else 1
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(11, 3.2 * rows), squeeze=False)
+    for ax, panel in zip(axes.ravel(), panels):
+        if panel == "power":
+            if "dispatch_mw" in trace:
+                d = trace["dispatch_mw"]
+                ax.stackplot(hours, d.T, labels=[f"unit {i}" for i in range(d.shape[1])], alpha=0.8)
+            if "load_mw" in trace:
+                ax.plot(hours, trace["load_mw"], "k--", label="load")
+            ax.set_ylabel("MW"), ax.set_title("dispatch against load" if "dispatch_mw" in trace else "load")
+            ax.legend(fontsize=6, ncol=2, loc="upper left")
+        elif panel == "loading_pct":
+            loading = trace["loading_pct"]
+            peak = np.nan_to_num(loading.max(0), posinf=0.0)
+            top = [b for b in np.argsort(-peak)[:5] if peak[b] > 0]  # unrated branches (loading 0) left out
+            for b in top:
+                ax.plot(hours, loading[:, b], label=f"branch {b}")
+            ax.axhline(100.0, color="r", lw=0.8, ls=":")
+            ax.set_ylabel("% of rating"), ax.set_title("five most loaded branches")
+            ax.legend(fontsize=6)
+        elif panel == "vm_pu":
+            vm = trace["vm_pu"]
+            ax.fill_between(hours, vm.min(1), vm.max(1), alpha=0.4, label="bus |V| range")
+            if "v_band" in trace:
+                for limit in trace["v_band"][0]:
+                    ax.axhline(limit, color="r", lw=0.8, ls=":")
+            ax.set_ylabel("p.u."), ax.set_title("bus voltages against their band")
+        elif panel == "soc":
+            ax.plot(hours, trace["soc"].reshape(len(hours), -1))
+            ax.set_ylim(0, 1), ax.set_ylabel("share of capacity"), ax.set_title("battery state of charge")
+        elif panel == "temperature_c":
+            ax.plot(hours, trace["temperature_c"])
+            ax.set_ylabel("degC"), ax.set_title("room temperature")
+        else:
+            costs = trace["costs"].reshape(len(hours), -1)
+            for i, name in enumerate(cost_names or range(costs.shape[1])):
+                ax.plot(hours, costs[:, i], label=str(name))
+            ax.set_ylabel("cost per step (channel units)"), ax.set_title("cost channels")
+            if costs.shape[1]:
+                ax.legend(fontsize=6)
+        ax.set_xlabel("hour of the day")
+    for ax in axes.ravel()[len(panels):]:
+        ax.set_visible(False)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return Path(path)

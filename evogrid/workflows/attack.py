@@ -146,6 +146,10 @@ class AttackWorkflow(Workflow):
                    "cost_channels": cost.mean(0)}
         return state, metrics
 
+    def chosen_policy(self, state: AttackState):
+        """The operator's distribution centre (on the test days' own outages when traced)."""
+        return self._policy(self.operator.center(state.operator))
+
     def _evaluate(self, state: AttackState):
         """Per test day: the operator's centre without outages, under random plans and under the evolved plan."""
         params = self.split_params("test")

@@ -123,6 +123,26 @@ class Workflow:
         return {"return": returns.mean(), "return_std": returns.std(), "cost_channels": costs.mean(0),
                 "feasible_share": feasible.mean(), "day_return": returns, "day_cost": costs.sum(-1)}
 
+    def chosen_policy(self, state):
+        """`policy(obs) -> action` of the run's chosen policy (the one `evaluate` reports)."""
+        raise NotImplementedError(f"{type(self).__name__} has no single policy to trace")
+
+    @jit_method()
+    def trace_day(self, state, day):
+        """The chosen policy over test day `day`, step by step: the env's `grid_view` after each step
+        ([max_steps, ...] arrays), plus "reward" and "costs"."""
+        params = self.split_params("test")
+        policy = self.chosen_policy(state)
+        obs, env_state = self.env.reset_to_day(day, params)
+
+        def one(carry, key):
+            obs, env_state = carry
+            obs, env_state, reward, costs, _, _ = self.env.step_env(key, env_state, policy(obs), params)
+            return (obs, env_state), {**self.env.grid_view(env_state, params), "reward": reward, "costs": costs}
+
+        keys = jax.random.split(jax.random.key(EVAL_SEED), params.max_steps)
+        return jax.lax.scan(one, (obs, env_state), keys)[1]
+
     def _init(self, key):
         raise NotImplementedError
 

@@ -227,4 +227,7 @@ class ECWorkflow(Workflow):
 
     def _evaluate(self, state: ECState):
         """The policy chosen on the validation days, on every test day."""
-        return self.evaluate_policy(self._policy(state.best_params, state.best_obs_norm))
+        return self.evaluate_policy(self.chosen_policy(state))
+
+    def chosen_policy(self, state: ECState):
+        return self._policy(state.best_params, state.best_obs_norm)

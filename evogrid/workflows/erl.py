@@ -198,4 +198,7 @@ class ERLWorkflow(Workflow):
 
     def _evaluate(self, state: ERLState):
         """The actor chosen on the validation days (the learner's initial actor before any choice), on every test day."""
-        return self.evaluate_policy(self._actor(state.best))
+        return self.evaluate_policy(self.chosen_policy(state))
+
+    def chosen_policy(self, state: ERLState):
+        return self._actor(state.best)

@@ -118,5 +118,8 @@ class RLWorkflow(Workflow):
     def _evaluate(self, state: RLState):
         """The deterministic policy chosen on the validation days (the latest one before any choice), on
         every test day."""
+        return self.evaluate_policy(self.chosen_policy(state))
+
+    def chosen_policy(self, state: RLState):
         actor = tree_where(jnp.isfinite(state.best_val[0]), state.best_actor, state.agent.actor)
-        return self.evaluate_policy(self._policy(state.agent, actor))
+        return self._policy(state.agent, actor)
