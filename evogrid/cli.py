@@ -127,7 +127,7 @@ def _train_parser(config_cls, algorithm: str) -> argparse.ArgumentParser:
                                 "--algorithm: `evogrid train --algorithm NAME --help` lists them.")
     p.add_argument("--algorithm", default=None, help=f"algorithm name (default {DEFAULT_ALGORITHM}; "
                    "see `evogrid config`); case and '_'/'-' do not matter")
-    p.add_argument("--config", help="JSON file of config keys; command-line options override it")
+    p.add_argument("--config", help="JSON, TOML or YAML file of config keys; command-line options override it")
     p.add_argument("--out", help="run directory (default runs/<task>-<algorithm>-<time>)")
     p.add_argument("--generations", type=int, default=300, help="total generations / iterations (default 300)")
     p.add_argument("--checkpoint-every", type=int, default=25, help="generations between checkpoints (default 25)")
@@ -144,13 +144,28 @@ def _train_parser(config_cls, algorithm: str) -> argparse.ArgumentParser:
 
 
 def _read_config_file(path: str) -> dict:
+    """Config keys from a JSON, TOML (.toml) or YAML (.yaml, .yml) file, by its suffix. YAML is read with
+    the safe loader (plain data only)."""
+    suffix = Path(path).suffix.lower()
     try:
-        values = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise UsageError(f"cannot read --config {path}: {err}") from None
+        text = Path(path).read_text()
+        if suffix == ".toml":
+            import tomllib  # Python 3.11+
+
+            values = tomllib.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            import yaml
+
+            values = yaml.safe_load(text)
+        else:
+            values = json.loads(text)
+    except ImportError as err:
+        raise UsageError(f"cannot read --config {path}: {err} (TOML needs Python 3.11+; use JSON or YAML)") from None
+    except Exception as err:  # noqa: BLE001  each parser has its own error class; all mean a malformed file
+        raise UsageError(f"cannot read --config {path}: {type(err).__name__}: {err}") from None
     if not isinstance(values, dict):
-        raise UsageError(f"--config {path} must hold a JSON object of config keys, got {type(values).__name__}")
-    return values
+        raise UsageError(f"--config {path} must hold a mapping of config keys, got {type(values).__name__}")
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}
 
 
 def _train_values(argv: list[str]):

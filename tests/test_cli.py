@@ -87,6 +87,22 @@ def test_config_file_typos_are_named(tmp_path):
     assert out.returncode == 2 and "unknown config key(s) popsize; valid keys:" in out.stderr
 
 
+def test_config_files_in_json_toml_and_yaml_give_the_same_config(tmp_path):
+    from evogrid.cli import UsageError, _train_values
+
+    (tmp_path / "c.json").write_text(json.dumps({"task": "tso-case5", "pop_size": 16, "hidden": [8, 8], "sigma": 0.2}))
+    (tmp_path / "c.toml").write_text('task = "tso-case5"\npop_size = 16\nhidden = [8, 8]\nsigma = 0.2\n')
+    (tmp_path / "c.yaml").write_text("task: tso-case5\npop_size: 16\nhidden: [8, 8]\nsigma: 0.2\n")
+    configs = [_train_values(["--config", str(tmp_path / f"c.{ext}"), "--generations", "3"])[1] for ext in ("json", "toml", "yaml")]
+    assert configs[0] == configs[1] == configs[2] and configs[0]["pop_size"] == 16 and tuple(configs[0]["hidden"]) == (8, 8)
+    (tmp_path / "bad.toml").write_text("task = \n")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(UsageError, match="cannot read --config .*bad.toml"):
+        _train_values(["--config", str(tmp_path / "bad.toml")])
+    with pytest.raises(UsageError, match="must hold a mapping of config keys, got list"):
+        _train_values(["--config", str(tmp_path / "list.yaml")])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["tso-case5", "dso-case33bw", "dcmg", "gymnax:CartPole-v1"])
 def test_rollout_command_prints_the_table(task):
