@@ -134,6 +134,8 @@ def _train_parser(config_cls, algorithm: str) -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its newest checkpoint, with the run's own config")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--wandb", metavar="PROJECT", help="also log metrics to Weights & Biases (needs `pip install wandb`; "
+                   "WANDB_MODE=offline logs locally)")
     p.add_argument("--distributed", action="store_true",
                    help="multi-host run: start jax.distributed (options below, EVOGRID_* variables, or SLURM/MPI detection)")
     p.add_argument("--coordinator", help="with --distributed: HOST:PORT of process 0")
@@ -246,7 +248,7 @@ def _train(argv: list[str]) -> int:
     state = workflow.init()
     try:
         state, history = workflow.learn(state, args.generations, run_dir=out, checkpoint_every=args.checkpoint_every,
-                                        resume=args.resume, progress=not args.quiet)
+                                        resume=args.resume, progress=not args.quiet, wandb_project=args.wandb)
     except (FileExistsError, FileNotFoundError, PermissionError, CheckpointError, ValueError) as err:
         raise UsageError(str(err)) from None
     except FloatingPointError as err:

@@ -164,3 +164,41 @@ def test_trace_day_replays_the_evaluated_policy():
         np.testing.assert_allclose(float(trace["costs"].sum()), float(ev["day_cost"][day]), rtol=1e-4, atol=1e-5)
     assert trace["dispatch_mw"].shape == (48, 5) and trace["loading_pct"].shape == (48, 6)
     np.testing.assert_allclose(np.asarray(trace["dispatch_mw"].sum(1)), np.asarray(trace["load_mw"]), rtol=1e-5)
+
+
+class _FakeWandb:
+    """Records what a W&B client is asked to do (the interface: init -> run with log/finish)."""
+
+    def __init__(self):
+        self.inits, self.logged, self.finished = [], [], 0
+
+    def init(self, **kw):
+        self.inits.append(kw)
+        return self
+
+    def log(self, data, step):
+        self.logged.append((step, dict(data)))
+
+    def finish(self):
+        self.finished += 1
+
+
+def test_wandb_logging_one_run_per_run_directory(tmp_path, monkeypatch):
+    """--wandb: every generation's scalars go to W&B at its step; a resumed run re-opens the same W&B run
+    (id = the run directory's name, resume="allow") and continues from the restored step; without the
+    package the error says how to install it."""
+    import sys
+
+    fake = _FakeWandb()
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,)))
+    run = tmp_path / "my run"
+    wf.learn(wf.init(), 2, run_dir=run, checkpoint_every=2, progress=False, wandb_project="evogrid-tests")
+    wf.learn(wf.init(), 3, run_dir=run, checkpoint_every=2, resume=True, progress=False, wandb_project="evogrid-tests")
+    assert [s for s, _ in fake.logged] == [1, 2, 3] and fake.finished == 2
+    assert {i["id"] for i in fake.inits} == {"my-run"} and all(i["resume"] == "allow" for i in fake.inits)
+    assert fake.inits[0]["config"]["pop_size"] == 8 and "return_mean" in fake.logged[0][1] and "generation" not in fake.logged[0][1]
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
+    with pytest.raises(ValueError, match="pip install wandb"):
+        wf.learn(wf.init(), 1, run_dir=tmp_path / "other", progress=False, wandb_project="p")
+    assert not (tmp_path / "other").exists()  # refused before anything was written

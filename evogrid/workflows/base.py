@@ -13,6 +13,7 @@ process 0 writes metrics and progress.
 from __future__ import annotations
 
 import contextlib
+import re
 import signal
 import sys
 import time
@@ -153,12 +154,18 @@ class Workflow:
         raise NotImplementedError
 
     def learn(self, state, generations: int, run_dir: str | Path | None = None, checkpoint_every: int = 10,
-              resume: bool = False, progress: bool = True):
+              resume: bool = False, progress: bool = True, wandb_project: str | None = None):
         """Run until `generations` steps have been taken in total. Returns (state, history).
 
         SIGINT (Ctrl-C) or SIGTERM during the run finish the current step, write a checkpoint and the CSV,
-        and end the loop early; `self.interrupted` then says so (the CLI prints how to resume)."""
+        and end the loop early; `self.interrupted` then says so (the CLI prints how to resume).
+        Metrics go to the run directory (JSONL, CSV, TensorBoard) and, with `wandb_project`, to Weights &
+        Biases (the optional `wandb` package; its WANDB_MODE=offline works), one run per run directory."""
         history: list[dict] = []
+        if wandb_project:
+            if run_dir is None:
+                raise ValueError("wandb_project needs a run_dir (the W&B run is named after it)")
+            _wandb_module()  # before anything is written
         primary = jax.process_index() == 0
         progress = progress and primary
         run = ckpt = None
@@ -180,22 +187,22 @@ class Workflow:
             if progress and resume:
                 _say(f"resumed from {self.unit} {start} in {run.path}" if restored else f"no checkpoint in {run.path}; starting from scratch")
         files = run is not None and primary
-        tb = _tensorboard(run.path, start) if files else None
+        sinks = _Sinks(_tensorboard(run.path, start) if files else None,
+                       _wandb_run(run.path, wandb_project, self.config_dict()) if files and wandb_project else None)
         bar = Progress(self.unit, start, generations) if progress else None
         names = self.metric_names()
         self.interrupted = False
         with _stop_requests() as stop:
-            state, history = self._loop(state, history, start, generations, run, ckpt, files, tb, bar, names,
+            state, history = self._loop(state, history, start, generations, run, ckpt, files, sinks, bar, names,
                                         checkpoint_every, stop)
         if bar is not None:
             bar.close()
         if files:
             run.write_csv(history)
-        if tb is not None:
-            tb.close()
+        sinks.close()
         return state, history
 
-    def _loop(self, state, history, start, generations, run, ckpt, files, tb, bar, names, checkpoint_every, stop):
+    def _loop(self, state, history, start, generations, run, ckpt, files, sinks, bar, names, checkpoint_every, stop):
         t0 = time.perf_counter() - (history[-1].get("wall_s", 0.0) if history else 0.0)  # wall time across resumes
         for gen in range(start, generations):
             state, metrics = self.step(state)
@@ -207,10 +214,7 @@ class Workflow:
             history.append(row)
             if files:
                 run.append(row)
-            if tb is not None:
-                for k, v in row.items():
-                    if isinstance(v, (int, float)) and k != "generation":
-                        tb.add_scalar(k, v, gen + 1)
+            sinks.log(row, gen + 1)
             done = gen + 1
             stopping = stop()  # read once: a signal arriving between two reads must not skip the checkpoint
             if ckpt is not None and (done % checkpoint_every == 0 or done == generations or stopping):
@@ -273,6 +277,42 @@ def _tensorboard(run_dir: Path, start: int):
     except ImportError:
         return None
     return SummaryWriter(str(run_dir / "tb"), purge_step=start + 1 if start else None, flush_secs=10)
+
+
+class _Sinks:
+    """The optional metric writers of a run: TensorBoard and Weights & Biases (either may be None)."""
+
+    def __init__(self, tb, wandb_run):
+        self.tb, self.wandb = tb, wandb_run
+
+    def log(self, row: dict, step: int):
+        scalars = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "generation"}
+        if self.tb is not None:
+            for k, v in scalars.items():
+                self.tb.add_scalar(k, v, step)
+        if self.wandb is not None:
+            self.wandb.log(scalars, step=step)
+
+    def close(self):
+        if self.tb is not None:
+            self.tb.close()
+        if self.wandb is not None:
+            self.wandb.finish()
+
+
+def _wandb_module():
+    try:
+        import wandb
+    except ImportError:
+        raise ValueError("W&B logging needs the wandb package: pip install wandb (or pip install -e '.[wandb]')") from None
+    return wandb
+
+
+def _wandb_run(run_dir: Path, project: str, config: dict):
+    """A W&B run for the run directory: its id is the directory's name, so a resumed run continues it."""
+    wandb = _wandb_module()
+    run_id = re.sub(r"[^A-Za-z0-9_-]", "-", run_dir.name)[-64:]
+    return wandb.init(project=project, id=run_id, name=run_dir.name, dir=str(run_dir), config=config, resume="allow")
 
 
 def _to_python(metrics) -> dict:
