@@ -189,7 +189,7 @@ class Workflow:
         files = run is not None and primary
         sinks = _Sinks(_tensorboard(run.path, start) if files else None,
                        _wandb_run(run.path, wandb_project, self.config_dict()) if files and wandb_project else None)
-        bar = Progress(self.unit, start, generations) if progress else None
+        bar = Progress(self.unit, start, generations, self.env.units(self.env_params)["return"]) if progress else None
         names = self.metric_names()
         self.interrupted = False
         with _stop_requests() as stop:
@@ -331,8 +331,8 @@ class Progress:
     come from the steady-state steps after it. On a terminal a tqdm bar (80 columns); in a log a
     plain line every 5% of the run."""
 
-    def __init__(self, unit: str, start: int, total: int):
-        self.unit, self.start, self.total = unit, start, total
+    def __init__(self, unit: str, start: int, total: int, return_unit: str = ""):
+        self.unit, self.start, self.total, self.return_unit = unit, start, total, return_unit
         self.t0 = time.perf_counter()
         self.t_first = None
         self.tty = sys.stderr.isatty()
@@ -343,7 +343,8 @@ class Progress:
         shown = {k: f"{row[k]:.4g}" for k in SHOWN if isinstance(row.get(k), (int, float))}
         if self.t_first is None:
             self.t_first = now
-            _say(f"first {self.unit} (compile + run) took {now - self.t0:.1f} s")
+            _say(f"first {self.unit} (compile + run) took {now - self.t0:.1f} s"
+                 + (f"; returns in {self.return_unit}" if self.return_unit else ""))
             if self.tty:
                 from tqdm import tqdm
 
