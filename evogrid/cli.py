@@ -413,8 +413,9 @@ def _baseline(args) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     s = report["summary"]
-    print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days (oracle: perfect-foresight multi-period "
-          f"DC-OPF, HiGHS; myopic: one-step DC-OPF within ramp limits)")
+    secure = "security-constrained (N-1, outages foreseen) " if args.task.lower().endswith("-n1") else ""
+    print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days (oracle: perfect-foresight {secure}multi-period "
+          f"DC-OPF, Clarabel/HiGHS; myopic: the same for one step, within ramp limits)")
     rows = [("oracle mean return", f"{s['oracle_return']:.4f}"),
             ("oracle infeasible days", f"{s['infeasible_days']}"),
             ("days with a binding line limit", f"{100 * s['line_binding_share']:.1f}%"),

@@ -37,9 +37,10 @@ def test_attack_game_refuses_bad_settings():
 
 @pytest.mark.slow
 def test_coevolution_hardens_the_operator_and_sharpens_the_attack():
-    """60 generations (seed 0): the operator's damage with no outage falls far below the untrained one's, the
-    evolved attack hurts more than a random trip on the test days (0.91 vs 0.55 measured), and the generation compiles once."""
-    wf = AttackWorkflow(AttackConfig(task="tso-case14-n1", pop_size=16, budget=1, attack_steps=8))
+    """60 generations, population 32, two trips a day (seed 0): the operator's damage with no outage falls far
+    below the untrained one's, the evolved attack hurts more than random trips on the test days (2.64 vs 1.86
+    measured), and the generation compiles once."""
+    wf = AttackWorkflow(AttackConfig(task="tso-case14-n1", pop_size=32, budget=2, attack_steps=8))
     state = wf.init()
     start = wf.evaluate(state)
     state, _ = wf.step(state)
@@ -51,5 +52,5 @@ def test_coevolution_hardens_the_operator_and_sharpens_the_attack():
     print({k: float(np.asarray(v).ravel()[0]) for k, v in end.items()})
     assert float(end["damage_no_attack"]) < 0.1 * float(start["damage_no_attack"])
     assert float(end["return_no_attack"]) > float(start["return_no_attack"])
-    assert float(end["damage_evolved_attack"]) > 1.2 * float(end["damage_random_attack"])  # measured 1.67x
+    assert float(end["damage_evolved_attack"]) > 1.2 * float(end["damage_random_attack"])  # measured 1.42x
     assert float(metrics["damage_mean"]) > 0

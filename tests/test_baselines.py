@@ -28,6 +28,26 @@ def test_oracle_schedule_replays_to_its_objective_with_zero_costs(task):
             assert np.all(costs <= 1e-9), costs
 
 
+def test_security_constrained_oracle_replays_secure_through_the_outage_env():
+    """tso-case14-n1 (random outages foreseen, N-1 screening): the constraint-generated schedule replays to
+    its objective with every channel zero, n1_thermal included (the env screens with its own JAX code, so
+    this checks the oracle's numpy rows independently); N-1 rows were needed on some day, and some day has a
+    line outage in force; the N-1 secure schedule costs more than the same day's unsecured optimum."""
+    with jax.enable_x64(True):
+        env, params = make("tso-case14-n1", split="test")
+        secure = dc_opf_oracle(params, days=range(8))
+        plain = dc_opf_oracle(params.replace(contingencies=None), days=range(8))  # the same problem without N-1 rows
+        solved = [r for r in secure if r.status == "optimal"]
+        assert len(solved) >= 4 and any(r.n1_rows for r in solved)
+        assert np.any(np.asarray(params.outage_schedule)[:8] >= 0)
+        for r in solved:
+            ret, costs = replay(env, params, r.day, dispatch_action(params, r.pg))
+            np.testing.assert_allclose(ret, -r.cost, rtol=1e-6)
+            assert np.all(costs <= 1e-7), (r.day, costs)
+            if r.n1_rows:
+                assert r.cost > plain[r.day].cost * (1 + 1e-6)
+
+
 @pytest.mark.parametrize("name", ["5", "9", "14", "30", "57", "118"])
 def test_one_step_dc_opf_matches_pypower_rundcopf(name):
     """The oracle on one step of the case's own loads, with its own ratings and no ramp limit, is PYPOWER's

@@ -130,35 +130,42 @@ def _env_case14(**kw):
 
 
 def test_env_n1_channel_and_scheduled_outage_match_pypower():
-    """tso-case14 with branch 2 out on step 1 of day 0 (a schedule given as a params leaf): the step's flows
-    are PYPOWER's with the branch removed, the observation shows its status, and `n1_thermal` equals the
-    overloads summed over every contingency that keeps the grid whole, each solved by PYPOWER."""
+    """tso-case14 with branch 2 out on steps 1-2 of day 0 (a schedule given as a params leaf): each step's
+    flows are PYPOWER's with the branch removed; the observation shows the status of the interval just
+    past (the trip is seen after it happened); `thermal` holds the trip step to the emergency ratings and
+    the next step to the normal ones; `n1_thermal` equals the overloads summed over every contingency
+    that keeps the grid whole, each solved by PYPOWER (emergency ratings scaled by 0.6 so they bind)."""
     from evogrid.case.matpower import PD, PG
 
     schedule = np.full((2, 4, 1), -1)
-    schedule[0, 1, 0] = 2
+    schedule[0, 1:3, 0] = 2
     with jax.enable_x64(True):
         env, params = _env_case14(n1=True, outage_schedule=schedule, split="all")
+        params = params.replace(n1_rate=0.6 * params.n1_rate)
         case = load_case("14")
         _, state = env.reset_to_day(0, params)
-        n = case.n_branch
-        for t in range(2):
+        n, names = case.n_branch, env.constraint_names(params)
+        rate, n1_rate = np.asarray(params.rate), np.asarray(params.n1_rate)
+        bites = 0.0
+        for t in range(3):
             obs, state, _, costs, _, _ = env.step(jax.random.key(0), state, jnp.zeros(params.pmax.shape), params)
-            out = [2] if t == 1 else []
-            status = np.asarray(obs[-n:])  # status in the coming interval: branch 2 is out on step 1 only
-            assert status.tolist() == [0.0 if (t == 0 and k == 2) else 1.0 for k in range(n)]
+            out = [2] if t in (1, 2) else []
+            assert np.asarray(obs[-n:]).tolist() == [0.0 if (k in out) else 1.0 for k in range(n)]
             gen = case.gen.copy()
             gen[:, PG] = np.asarray(state.pg)
             bus = case.bus.copy()
             bus[:, PD] = np.asarray(params.load_p[0, t])
             day_case = dataclasses.replace(case, gen=gen, bus=bus)
-            np.testing.assert_allclose(np.asarray(state.flow), _rundcpf_without(day_case, out), atol=1e-6)
-            rate = np.asarray(params.n1_rate)
-            expected = sum(np.maximum(np.abs(_rundcpf_without(day_case, out + [c])) - rate, 0.0).sum()
+            flow = _rundcpf_without(day_case, out)
+            np.testing.assert_allclose(np.asarray(state.flow), flow, atol=1e-6)
+            limit = n1_rate if t == 1 else rate  # the trip step, then normal ratings again
+            np.testing.assert_allclose(float(costs[names.index("thermal")]),
+                                       np.maximum(np.abs(flow) - limit, 0.0).sum() / case.base_mva, rtol=1e-9, atol=1e-12)
+            expected = sum(np.maximum(np.abs(_rundcpf_without(day_case, out + [c])) - n1_rate, 0.0).sum()
                            for c in range(n) if c not in out and not _islands(case, out + [c]))
-            names = env.constraint_names(params)
             np.testing.assert_allclose(float(costs[names.index("n1_thermal")]), expected / case.base_mva, rtol=1e-9)
-            assert expected > 0  # derived ratings: some contingency overloads a line, so the check has teeth
+            bites += expected
+        assert bites > 0  # some contingency overloads a line, so the check has teeth
 
 
 def test_random_outages_are_seeded_whole_and_bounded():

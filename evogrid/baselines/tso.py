@@ -8,7 +8,12 @@ The oracle of a day solves, with HiGHS, over every step t and unit g:
          Pmin <= pg[t] <= Pmax,  |pg[t] - pg[t-1]| <= ramp           (pg[-1]: the day's start-of-day dispatch)
 
 which is exactly what `TransGridEnv` (DC mode) simulates, so the schedule replayed through the
-env returns minus the objective with zero cost channels. The myopic policy solves the same
+env returns minus the objective with zero cost channels. On tasks with line outages (-n1) each step's
+line rows use the PTDF of the grid as it is that step (the day's outage schedule is foreseen too),
+and with the N-1 channel the problem is security-constrained (preventive N-1): every screened
+single outage's post-contingency flows within `n1_rate`. Those rows are many (177 x 186 per step on
+case118), so they are added by constraint generation: solve, add the violated rows, solve again,
+until none is violated (each round's objective is a lower bound; the last is optimal). The myopic policy solves the same
 problem for one step at a time: the load it observes, within ramp limits of its last dispatch;
 where that one step has no feasible dispatch it takes the least violating one (soft limits), and
 its replay through the env reports the violation in the cost channels.
@@ -24,6 +29,7 @@ import scipy.sparse as sp
 
 from evogrid.baselines.solvers import solve_qp
 
+N1_TOL = 1e-6  # MW a post-contingency flow may exceed its limit before a row is added
 SOFT = 1e3  # penalty per MW of violation in the myopic policy's fall-back (reward units per MW per step)
 BINDING = 1e-4  # relative closeness to a limit that counts as binding
 
@@ -36,6 +42,7 @@ class DaySchedule:
     pg: np.ndarray | None = None       # [T, n_units] MW
     line_binding: bool = False         # some line at its rating at some step
     ramp_binding: bool = False         # some unit at its ramp limit at some step
+    n1_rows: int = 0                   # N-1 rows constraint generation added
 
 
 class _Problem:
@@ -65,12 +72,68 @@ class _Problem:
         self.is_poly = g(cost.is_poly) > 0
         self.slope, self.intercept = g(cost.slope), g(cost.intercept)
         self.n_units = self.pmin.shape[0]
+        self.full_ptdf, self.full_flow0, self.gen_inc = g(params.dc.ptdf), g(params.dc.flow0), g(params.gen_incidence)
+        self.schedule = np.asarray(params.outage_schedule)                          # [days, T, k]
+        self.isf = None if params.outages is None else g(params.outages.isf)
+        self.contingencies = None if params.contingencies is None else np.asarray(params.contingencies)
+        self.n1_rate = None if params.n1_rate is None else g(params.n1_rate)
 
-    def build(self, load, start, soft_slack=None):
+    def grid(self, out):
+        """The DC model with the branches `out` out of service: (ptdf [n_branch, n_bus], flow0, isf), the
+        outaged branches' rows (and isf columns) at 0, by the low-rank update of `physics.security`; None
+        when the set islands the grid."""
+        k = sorted({int(o) for o in out if o >= 0})
+        if not k:
+            return self.full_ptdf, self.full_flow0, self.isf
+        m = np.eye(len(k)) - self.isf[np.ix_(k, k)]
+        if abs(np.linalg.det(m)) < 1e-9:
+            return None
+        update = lambda x: x + self.isf[:, k] @ np.linalg.solve(m, x[k])  # noqa: E731
+        ptdf, flow0, isf = update(self.full_ptdf), update(self.full_flow0), update(self.isf)
+        ptdf[k], flow0[k], isf[k], isf[:, k] = 0.0, 0.0, 0.0, 0.0
+        return ptdf, flow0, isf
+
+    def step_grids(self, day: int, steps=None):
+        """Per step of `day` (or of `steps`, indices into it): (the grid of its outages, or None where they
+        island it; whether a line trips that step, when the env holds flows to the emergency ratings)."""
+        steps = range(self.schedule.shape[1]) if steps is None else steps
+        cache, out = {}, []
+        for t in steps:
+            now = self.schedule[day, t]
+            before = set(self.schedule[day, t - 1].tolist()) if t > 0 else set()
+            grid = cache.setdefault(tuple(sorted(set(now.tolist()))), self.grid(now))
+            out.append(None if grid is None else (*grid, any(o >= 0 and o not in before for o in now.tolist())))
+        return out
+
+    def n1_violations(self, pg, load, grids):
+        """Rows (t, coef [G], lo, hi) of every post-contingency flow of `pg` [T, G] above `n1_rate`."""
+        rows = []
+        for t, (ptdf, flow0, isf, _) in enumerate(grids):
+            const = flow0 - ptdf @ load[t]                     # flow with no generation, every branch
+            gen = ptdf @ self.gen_inc.T                         # [n_branch, G]
+            f = gen @ pg[t] + const
+            for c in self.contingencies:
+                denom = 1.0 - isf[c, c]
+                if abs(denom) < 1e-9:  # a bridge of the grid as it is, or already out: void, as in the env
+                    continue
+                lodf = isf[:, c] / denom
+                post = f + lodf * f[c]
+                post[c] = 0.0
+                for line in np.flatnonzero(np.abs(post) > self.n1_rate + N1_TOL):
+                    if line == c:
+                        continue
+                    coef = gen[line] + lodf[line] * gen[c]
+                    base = const[line] + lodf[line] * const[c]
+                    rows.append((t, coef, -self.n1_rate[line] - base, self.n1_rate[line] - base))
+        return rows
+
+    def build(self, load, start, soft_slack=None, grids=None, extra=()):
         """The QP of len(load) steps from dispatch `start`, as sparse blocks over the variables
         [pg (T x G, step-major) | PWL epigraph z (T x n_pwl) | soft violations]. With `soft_slack` (the
         slack unit's index) line limits and the slack's bounds and ramp become soft (penalised), so
-        that a step always has an answer. Returns the `solve_qp` arguments."""
+        that a step always has an answer. `grids`: per step, the grid as it is (`step_grids`; default the
+        intact grid every step); `extra`: rows (t, coef [G], lo, hi) over step t's dispatch (N-1).
+        Returns the `solve_qp` arguments."""
         T, G = load.shape[0], self.n_units
         eye_t = sp.identity(T, format="csr")
         pwl = np.flatnonzero(~self.is_poly)
@@ -84,16 +147,24 @@ class _Problem:
 
         demand = load.sum(1) + self.shunt
         add(sp.kron(eye_t, np.ones((1, G))), None, demand, demand)                                   # balance
-        rate = self.rate[self.limited]
-        base = (self.flow0[None] - load @ self.ptdf.T).ravel()                                       # [T * n_lim]
-        lines = sp.kron(eye_t, sp.csr_matrix(self.gen_ptdf))
+        rate = np.tile(self.rate[self.limited], T)
+        if grids is not None and self.n1_rate is not None:  # steps with an outage in force: emergency ratings
+            rate = np.concatenate([self.n1_rate[self.limited] if trip else self.rate[self.limited]
+                                   for *_, trip in grids])
+        if grids is None:
+            base = (self.flow0[None] - load @ self.ptdf.T).ravel()                                   # [T * n_lim]
+            lines = sp.kron(eye_t, sp.csr_matrix(self.gen_ptdf))
+        else:  # each step's own grid (outages): block-diagonal rows
+            lim = self.limited
+            base = np.concatenate([f0[lim] - ptdf[lim] @ load[t] for t, (ptdf, f0, *_) in enumerate(grids)])
+            lines = sp.block_diag([sp.csr_matrix(ptdf[lim] @ self.gen_inc.T) for ptdf, *_ in grids], format="csr")
         n_line = lines.shape[0]
         # ramp rows pg[t] - pg[t-1] for t >= 1; the first step's ramp limit is a bound on pg[0] (HiGHS's QP
         # solver can cycle on singleton rows, measured on case14)
         diff = sp.kron(sp.identity(T) - sp.eye(T, k=-1), sp.identity(G)).tocsr()[G:]
         ramp = np.tile(self.ramp, T - 1)
         if soft_slack is None:
-            add(lines, None, -np.tile(rate, T) - base, np.tile(rate, T) - base)
+            add(lines, None, -rate - base, rate - base)
             add(diff, None, -ramp, ramp)
         else:
             add(lines, None, -np.inf, np.inf)  # placeholders for the soft rows below
@@ -105,6 +176,11 @@ class _Problem:
             pick = sp.identity(len(pwl), format="csr")[real]
             slope = sp.csr_matrix(np.eye(G)[pwl[real]] * -self.slope[pwl[real], s][:, None])
             add(sp.kron(eye_t, slope), sp.kron(eye_t, pick), np.tile(self.intercept[pwl[real], s], T), np.inf)
+        if extra:
+            rows = sp.csr_matrix((np.concatenate([r[1] for r in extra]),
+                                  (np.repeat(np.arange(len(extra)), G), np.concatenate([t * G + np.arange(G) for t, *_ in extra]))),
+                                 shape=(len(extra), T * G))
+            add(rows, None, np.array([r[2] for r in extra]), np.array([r[3] for r in extra]))
         A = sp.vstack(blocks, format="csr")
         lo, up = np.concatenate(lo), np.concatenate(up)
         col_lo = np.concatenate([np.tile(self.pmin, T), np.full(n_z, -np.inf)])
@@ -153,28 +229,50 @@ class _Problem:
                 np.concatenate([c, np.full(n_soft, SOFT)]), np.concatenate([hess, np.zeros(n_soft)]),
                 np.concatenate([col_lo, np.zeros(n_soft)]), np.concatenate([col_up, np.full(n_soft, np.inf)]))
 
-    def binding(self, pg, load, start):
-        flows = (pg @ self.gen_ptdf.T) - load @ self.ptdf.T + self.flow0          # [T, n_lim]
-        rate = self.rate[self.limited]
+    def binding(self, pg, load, start, grids=None):
+        """(some line at its limit at some step, some unit at its ramp limit at some step)."""
+        if grids is None:
+            flows = (pg @ self.gen_ptdf.T) - load @ self.ptdf.T + self.flow0      # [T, n_lim]
+        else:
+            flows = np.stack([(ptdf @ (self.gen_inc.T @ pg[t] - load[t]) + f0)[self.limited]
+                              for t, (ptdf, f0, *_) in enumerate(grids)])
+        rate = np.broadcast_to(self.rate[self.limited], flows.shape)
+        if grids is not None and self.n1_rate is not None:
+            rate = np.stack([self.n1_rate[self.limited] if trip else self.rate[self.limited] for *_, trip in grids])
         line = bool(np.any(np.abs(flows) >= rate * (1.0 - BINDING) - 1e-6)) if rate.size else False
         steps = np.diff(np.concatenate([start[None], pg]), axis=0)
         ramp = bool(np.any(np.abs(steps) >= self.ramp * (1.0 - BINDING) - 1e-6))
         return line, ramp
 
 
-def dc_opf_oracle(params, days=None) -> list[DaySchedule]:
-    """The perfect-foresight multi-period DC-OPF of each day (default: every day of `params`)."""
+def dc_opf_oracle(params, days=None, max_rounds: int = 50) -> list[DaySchedule]:
+    """The perfect-foresight multi-period DC-OPF of each day (default: every day of `params`); on tasks
+    with outages and N-1 screening, security-constrained (rows added by constraint generation, at most
+    `max_rounds` solves a day)."""
     prob = _Problem(params)
     out = []
     for d in range(prob.load.shape[0]) if days is None else days:
-        sol = solve_qp(*prob.build(prob.load[d], prob.start[d]))
+        grids = prob.step_grids(d) if prob.isf is not None else None
+        if grids is not None and any(g is None for g in grids):
+            out.append(DaySchedule(int(d), "islanded", None))
+            continue
+        extra, T = [], prob.load.shape[1]
+        for _ in range(max_rounds):
+            sol = solve_qp(*prob.build(prob.load[d], prob.start[d], grids=grids, extra=extra))
+            if not sol.ok:
+                break
+            pg = sol.x[:T * prob.n_units].reshape(T, prob.n_units)
+            new = prob.n1_violations(pg, prob.load[d], grids) if prob.contingencies is not None else []
+            if not new:
+                break
+            extra += new
+        else:
+            raise RuntimeError(f"day {d}: N-1 constraint generation did not settle in {max_rounds} rounds")
         if not sol.ok:
             out.append(DaySchedule(int(d), sol.status, None))
             continue
-        T = prob.load.shape[1]
-        pg = sol.x[:T * prob.n_units].reshape(T, prob.n_units)
-        line, ramp = prob.binding(pg, prob.load[d], prob.start[d])
-        out.append(DaySchedule(int(d), "optimal", float(sol.objective), pg, line, ramp))
+        line, ramp = prob.binding(pg, prob.load[d], prob.start[d], grids)
+        out.append(DaySchedule(int(d), "optimal", float(sol.objective), pg, line, ramp, len(extra)))
     return out
 
 
@@ -202,7 +300,9 @@ def replay(env, params, day: int, actions):
 
 def myopic_policy(env, params, days=None):
     """Replayed figures of the myopic policy on each day: (returns [n], costs [n, C]). Each step it solves
-    the one-step DC-OPF of the load it observes, within ramp limits of its last dispatch."""
+    the one-step DC-OPF of the load it observes, within ramp limits of its last dispatch (on -n1 tasks on
+    the grid as it is and N-1 secure, by the same constraint generation; where no secure dispatch
+    exists it takes the least violating one without the N-1 rows)."""
     prob = _Problem(params)
     slack = int(np.argmax(np.asarray(params.slack)))
     step = jax.jit(env.step_no_reset)
@@ -212,9 +312,18 @@ def myopic_policy(env, params, days=None):
         total, cost = 0.0, 0.0
         for t in range(params.max_steps):
             prev = np.asarray(state.pg, np.float64)
-            sol = solve_qp(*prob.build(prob.load[d, t:t + 1], prev))
+            grids = prob.step_grids(d, [t]) if prob.isf is not None else None
+            if grids is not None and grids[0] is None:
+                raise RuntimeError(f"myopic dispatch, day {d} step {t}: the scheduled outages island the grid")
+            load, extra = prob.load[d, t:t + 1], []
+            for _ in range(50):
+                sol = solve_qp(*prob.build(load, prev, grids=grids, extra=extra))
+                new = prob.n1_violations(sol.x[None, :prob.n_units], load, grids) if sol.ok and prob.contingencies is not None else []
+                if not new:
+                    break
+                extra += new
             if not sol.ok:  # no dispatch meets every limit this step: the least violating one
-                sol = solve_qp(*prob.build(prob.load[d, t:t + 1], prev, soft_slack=slack))
+                sol = solve_qp(*prob.build(load, prev, soft_slack=slack, grids=grids))
             if not sol.ok:
                 raise RuntimeError(f"myopic dispatch, day {d} step {t}: HiGHS returned {sol.status!r}")
             pg = sol.x[:prob.n_units]

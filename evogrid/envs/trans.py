@@ -30,13 +30,20 @@ Cost channels (p.u. on the case's baseMVA, never folded into the reward):
   voltage      (AC) sum of |V| outside [Vmin, Vmax]
   ac_diverged  (AC) 1.0 when Newton-Raphson did not converge
   n1_thermal   (`n1=True`) sum over the screened single outages (every non-bridge branch by default;
-               `n1_contingencies` to screen fewer on large cases) of the post-outage flow above
-               `n1_rating` x RATE_A, i.e. preventive N-1 security, screened by LODF (`physics.security`)
+               `n1_contingencies` to screen fewer on large cases) of the post-outage flow above the
+               emergency rating, i.e. preventive N-1 security, screened by LODF (`physics.security`).
+               Emergency ratings: `n1_rating` x RATE_A where the case has ratings, derived ones
+               (`derived_n1_ratings`) where the line ratings are derived.
 
-Outages as events (DC mode): `outages_per_day` random outages a day of `outage_steps` steps each on
-non-bridge branches (seeded per day, at most `max_outages` at once), or a schedule of your own
-(`outage_schedule`, a params leaf); the flows are the post-outage flows, the observation gains each
-branch's status for the interval being dispatched, and N-1 screening starts from the grid as it is.
+Outages as events (DC mode) are surprises: the observation shows each line's status in the interval
+just past, so a trip is seen once it has happened. In the step a line trips the `thermal` channel
+holds the post-trip flows to the emergency ratings (short-term ratings; with `n1=True`); from the next
+step on, the operator knows and must bring them within the normal ratings (corrective redispatch).
+
+Outage events: `outages_per_day` random outages a day of `outage_steps` steps each on non-bridge
+branches (seeded per day, at most `max_outages` at once), or a schedule of your own
+(`outage_schedule`, a params leaf); the flows are the post-outage flows and N-1 screening starts from
+the grid as it is.
 """
 from __future__ import annotations
 
@@ -155,8 +162,11 @@ class TransGridEnv(Environment):
         reward = -gen_cost * params.reward_scale
         ps, ps_prev = jnp.sum(pg * params.slack), jnp.sum(state.pg * params.slack)
         smin, smax, sramp = (jnp.sum(x * params.slack) for x in (params.pmin, params.pmax, params.ramp))
+        rate = params.rate
+        if params.n1_rate is not None and out.shape[0]:  # a trip this step: flows within emergency ratings
+            rate = jnp.where(_new_outage(params.outage_schedule, state.day, t), params.n1_rate, rate)
         costs = [
-            jnp.sum(jnp.maximum(jnp.abs(flow) - params.rate, 0.0)),
+            jnp.sum(jnp.maximum(jnp.abs(flow) - rate, 0.0)),
             jnp.maximum(ps - smax, 0.0) + jnp.maximum(smin - ps, 0.0),
             jnp.maximum(jnp.abs(ps - ps_prev) - sramp, 0.0),
         ]
@@ -185,7 +195,8 @@ class TransGridEnv(Environment):
 
     def _obs(self, state: TransState, params: TransParams):
         """[loads p.u. (n_bus), pg / Pmax (n_units), |flow| / rating (n_branch), sin, cos time of day, progress,
-        and with outage events each branch's status in the coming interval (1 in service, 0 out; n_branch)]."""
+        and with outage events each branch's status in the interval just past (1 in service, 0 out; n_branch):
+        a trip is a surprise, seen once it has happened]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
         parts = [
             params.load_p[state.day, t] * (1.0 / params.base_mva),
@@ -193,8 +204,10 @@ class TransGridEnv(Environment):
             jnp.abs(state.flow) * params.inv_rate,
             params.time_features[state.time_step],
         ]
-        if params.outage_schedule.shape[-1]:
-            parts.append(1.0 - _outaged(params.outage_schedule[state.day, t], params.rate.shape[0]).astype(state.pg.dtype))
+        if params.outage_schedule.shape[-1]:  # what the operator knows: the lines out in the interval just past
+            last = jnp.maximum(state.time_step - 1, 0)
+            out = _outaged(params.outage_schedule[state.day, last], params.rate.shape[0]) & (state.time_step > 0)
+            parts.append(1.0 - out.astype(state.pg.dtype))
         return jnp.concatenate(parts)
 
     def observation_space(self, params: TransParams) -> Box:
@@ -224,6 +237,13 @@ class TransGridEnv(Environment):
     def constraint_names(self, params: TransParams) -> tuple[str, ...]:
         return (("thermal", "balance", "ramp") + (("voltage", "ac_diverged") if params.ac else ())
                 + (("n1_thermal",) if params.contingencies is not None else ()))
+
+
+def _new_outage(schedule, day, t):
+    """Whether step t of `day` brings an outage not in force at step t-1 (a trip; step 0: any outage)."""
+    out, before = schedule[day, t], schedule[day, jnp.maximum(t - 1, 0)]
+    before = jnp.where(t > 0, before, -1)
+    return jnp.any((out >= 0) & ~jnp.any(out[:, None] == before[None, :], axis=1))
 
 
 def _outaged(out, n_branch):
@@ -365,7 +385,8 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         time_features=as_float(time_features(max_steps, delta_t_hours)),
         outage_schedule=jnp.asarray(schedule, jnp.int32), outages=model,
         contingencies=None if contingencies is None else jnp.asarray(contingencies, jnp.int32),
-        n1_rate=None if contingencies is None else as_float(n1_rating * rate),
+        n1_rate=None if contingencies is None else as_float(
+            np.maximum(rate, derived_n1_ratings(case, model, contingencies, rating_margin)) if derive else n1_rating * rate),
     )
     init = _initial_states(params, _start_dispatch(case, load_p, float(case.bus[:, GS].sum())))
     return params.replace(init=init, init_obs=jax.vmap(TransGridEnv()._obs, in_axes=(0, None))(init, params))
@@ -434,6 +455,26 @@ def derived_ratings(case: Case, margin: float = RATING_MARGIN, floor: float = 0.
     np.add.at(inj, case.gen_bus, pg)
     flow = np.abs(ptdf @ (inj - pd) + flow0)
     return np.maximum(margin * flow, floor * flow.max())
+
+
+def derived_n1_ratings(case: Case, model, contingencies, margin: float = RATING_MARGIN) -> np.ndarray:
+    """Emergency (post-contingency) ratings for a case without real ones, derived as `derived_ratings`
+    are: `margin` times the largest flow over the screened single outages of the economic dispatch at
+    the case's own loads. That dispatch is then N-1 secure with the margin; heavier load days are not,
+    so a secure schedule must redispatch (and on the -n1 tasks it can, as `evogrid baseline` shows)."""
+    from evogrid.physics import economic_dispatch
+
+    with jax.enable_x64(True):
+        net = make_dc_network(case)
+        ptdf, flow0, gs = (np.asarray(x, np.float64) for x in (net.ptdf, net.flow0, net.gs_total))
+    pd = case.bus[:, PD]
+    pg = economic_dispatch(case.gencost, case.gen[:, PMIN], case.gen[:, PMAX], pd.sum() + float(gs))
+    inj = np.zeros(case.n_bus)
+    np.add.at(inj, case.gen_bus, pg)
+    flow = ptdf @ (inj - pd) + flow0
+    lodf = np.asarray(model.lodf, np.float64)[:, contingencies]           # [n_branch, c]
+    post = np.abs(flow[:, None] + lodf * flow[contingencies][None, :])     # every branch after each outage
+    return margin * post.max(1)
 
 
 def _base_case_jacobian_inverse(case: Case, acn: ACNetwork) -> jnp.ndarray:
