@@ -264,8 +264,8 @@ def _train(argv: list[str]) -> int:
     ev = workflow.evaluate(state)  # a collective computation under jax.distributed: every process takes part
     if not primary:
         return 0
-    _curve(out, history, config, workflow)
     result = _evaluation(workflow, ev)
+    _curve(out, history, config, workflow, result.get("return"))
     (out / "eval.json").write_text(json.dumps(result, indent=1))
     print(_format_evaluation(result))
     print(f"metrics: {out / 'metrics.jsonl'}, {out / 'metrics.csv'}; curve: {out / 'learning_curve.png'}; "
@@ -273,12 +273,12 @@ def _train(argv: list[str]) -> int:
     return 0
 
 
-def _curve(out, history, config, workflow):
+def _curve(out, history, config, workflow, test_return=None):
     from evogrid.utils.plots import learning_curve
 
     units = workflow.env.units(workflow.env_params)
     learning_curve(out, history, title=f"{config.task} · {config.algorithm} · seed {config.seed}",
-                   return_unit=units["return"], cost_units=units)
+                   return_unit=units["return"], cost_units=units, test_return=test_return)
 
 
 def _units(workflow, result: dict) -> dict:

@@ -19,9 +19,11 @@ def _pyplot():
     return plt
 
 
-def learning_curve(out: Path, history: list[dict], title: str, return_unit: str = "", cost_units: dict | None = None):
+def learning_curve(out: Path, history: list[dict], title: str, return_unit: str = "", cost_units: dict | None = None,
+                   test_return: float | None = None):
     """learning_curve.png: return (left) and each cost channel (right) against generation, with
-    cumulative env steps on a secondary x axis when the workflow reports them."""
+    cumulative env steps on a secondary x axis when the workflow reports them; the chosen policy's
+    validation return where the workflow reports it, and its test-day return at the end when given."""
     plt = _pyplot()
     if plt is None or not history:
         return None
@@ -33,6 +35,12 @@ def learning_curve(out: Path, history: list[dict], title: str, return_unit: str 
         ax1.plot(gens, [r[key] for r in history], label="mean episode return")
     if "return_max" in last:
         ax1.plot(gens, [r["return_max"] for r in history], label="best individual's return", alpha=0.7)
+    if "val_return" in last:
+        val = [(g, r["val_return"]) for g, r in zip(gens, history) if abs(r.get("val_return", float("inf"))) < float("inf")]
+        if val:
+            ax1.plot(*zip(*val), drawstyle="steps-post", marker=".", markersize=3, label="chosen policy, validation days")
+    if test_return is not None:
+        ax1.plot([gens[-1]], [test_return], "k*", markersize=10, label="chosen policy, test days")
     ax1.set_xlabel("generation"), ax1.set_ylabel(f"return{f' ({return_unit})' if return_unit else ''}")
     if ax1.lines:
         ax1.legend(fontsize=8)
