@@ -312,7 +312,7 @@ def _evaluation(workflow, ev) -> dict:
     days = {k: np.asarray(ev[k]).tolist() for k in ("day_return", "day_cost") if k in ev}
     out = flatten_row({k: np.asarray(v).tolist() for k, v in ev.items() if k not in days}, names)
     task = workflow.config.task
-    if baselines.supported(task) and not workflow._own_params:
+    if baselines.supported(task) and not workflow._own_params and "day_return" in days:
         report = baselines.baseline(task)
         out["gap_to_oracle_pct"], out["gap_days"] = baselines.gap(report, days["day_return"])
         s = report["summary"]

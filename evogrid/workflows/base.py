@@ -81,6 +81,22 @@ class Workflow:
         """One generation / iteration as one compiled call: -> (state, metrics)."""
         return self._step(state)
 
+    @jit_method(static_argnums=(3,))
+    def steps(self, state, n, size: int):
+        """`n` steps (1 <= n <= size; traced) in one compiled call: (state, metrics with a leading [size]
+        axis, rows past n unused). A `while_loop` with a traced trip count, so every n runs the same
+        compiled program: results do not depend on how a run is cut into calls (tested)."""
+        shapes = jax.eval_shape(lambda s: self._step(s)[1], state)
+        buf = jax.tree_util.tree_map(lambda x: jnp.zeros((size, *x.shape), x.dtype), shapes)
+
+        def body(carry):
+            i, s, buf = carry
+            s, metrics = self._step(s)
+            return i + 1, s, jax.tree_util.tree_map(lambda b, x: b.at[i].set(x), buf, metrics)
+
+        _, state, buf = jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.int32(0), state, buf))
+        return state, buf
+
     @jit_method()
     def evaluate(self, state):
         return self._evaluate(state)
@@ -154,8 +170,15 @@ class Workflow:
         raise NotImplementedError
 
     def learn(self, state, generations: int, run_dir: str | Path | None = None, checkpoint_every: int = 10,
-              resume: bool = False, progress: bool = True, wandb_project: str | None = None):
+              resume: bool = False, progress: bool = True, wandb_project: str | None = None,
+              steps_per_call: int | None = None):
         """Run until `generations` steps have been taken in total. Returns (state, history).
+
+        Steps run up to `steps_per_call` at a time in one compiled call (`steps`; default: the largest
+        divisor of the checkpoint interval up to MAX_STEPS_PER_CALL, so calls end on checkpoints; one
+        program whatever the count, and the same results whatever `steps_per_call`). Metrics are per
+        step (the wall time within a call is spread evenly over its steps); a stop request takes effect
+        at the end of a call.
 
         SIGINT (Ctrl-C) or SIGTERM during the run finish the current step, write a checkpoint and the CSV,
         and end the loop early; `self.interrupted` then says so (the CLI prints how to resume).
@@ -193,8 +216,9 @@ class Workflow:
         names = self.metric_names()
         self.interrupted = False
         with _stop_requests() as stop:
+            per_call = steps_per_call or _divisor_at_most(checkpoint_every, MAX_STEPS_PER_CALL)
             state, history = self._loop(state, history, start, generations, run, ckpt, files, sinks, bar, names,
-                                        checkpoint_every, stop)
+                                        checkpoint_every, stop, per_call)
         if bar is not None:
             bar.close()
         if files:
@@ -202,30 +226,47 @@ class Workflow:
         sinks.close()
         return state, history
 
-    def _loop(self, state, history, start, generations, run, ckpt, files, sinks, bar, names, checkpoint_every, stop):
+    def _loop(self, state, history, start, generations, run, ckpt, files, sinks, bar, names, checkpoint_every, stop,
+              per_call):
         t0 = time.perf_counter() - (history[-1].get("wall_s", 0.0) if history else 0.0)  # wall time across resumes
-        for gen in range(start, generations):
-            state, metrics = self.step(state)
+        gen = start
+        while gen < generations:
+            k = min(per_call - gen % per_call, generations - gen)  # calls end on multiples of per_call
+            t_call = time.perf_counter() - t0
+            state, metrics = self.steps(state, jnp.int32(k), per_call)
             bad = _first_nan(state)
             if bad is not None:
-                raise FloatingPointError(f"{self.unit} {gen + 1}: the run state holds NaN in {bad} (the search diverged); "
+                where = f"{self.unit} {gen + 1}" + (f"-{gen + k}" if k > 1 else "")
+                raise FloatingPointError(f"{where}: the run state holds NaN in {bad} (the search diverged); "
                                          f"the last checkpoint before it is kept; try a smaller step size or sigma")
-            row = {"generation": gen + 1, **flatten_row(_to_python(metrics), names), "wall_s": time.perf_counter() - t0}
-            history.append(row)
-            if files:
-                run.append(row)
-            sinks.log(row, gen + 1)
-            done = gen + 1
+            t_end = time.perf_counter() - t0
+            metrics = _to_python(metrics)
+            for i in range(k):
+                row = {"generation": gen + i + 1, **flatten_row({n: v[i] for n, v in metrics.items()}, names),
+                       "wall_s": t_call + (i + 1) / k * (t_end - t_call)}
+                history.append(row)
+                if files:
+                    run.append(row)
+                sinks.log(row, gen + i + 1)
+            done = gen = gen + k
             stopping = stop()  # read once: a signal arriving between two reads must not skip the checkpoint
             if ckpt is not None and (done % checkpoint_every == 0 or done == generations or stopping):
                 ckpt.save(done, state)
             if bar is not None:
-                bar.update(done, row)
+                bar.update(done, row, k)
             if stopping:
                 self.interrupted = True
                 _say(f"stopped after {self.unit} {done} on request; checkpoint written")
                 break
         return state, history
+
+
+MAX_STEPS_PER_CALL = 50
+
+
+def _divisor_at_most(n: int, cap: int) -> int:
+    """The largest divisor of n that is at most cap (calls of that many steps end on every n-th step)."""
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
 @jax.jit
@@ -338,12 +379,14 @@ class Progress:
         self.tty = sys.stderr.isatty()
         self.bar = None
 
-    def update(self, done: int, row: dict) -> None:
+    def update(self, done: int, row: dict, steps: int = 1) -> None:
+        """`steps` steps ended at `done` (one compiled call); `row` is the last one's metrics."""
         now = time.perf_counter()
         shown = {k: f"{row[k]:.4g}" for k in SHOWN if isinstance(row.get(k), (int, float))}
         if self.t_first is None:
-            self.t_first = now
-            _say(f"first {self.unit} (compile + run) took {now - self.t0:.1f} s"
+            self.t_first, self.first_done = now, done
+            what = f"first {self.unit}" if steps == 1 else f"first {steps} {self.unit}s"
+            _say(f"{what} (compile + run) took {now - self.t0:.1f} s"
                  + (f"; returns in {self.return_unit}" if self.return_unit else ""))
             if self.tty:
                 from tqdm import tqdm
@@ -353,11 +396,11 @@ class Progress:
             return
         if self.bar is not None:
             self.bar.set_postfix(shown, refresh=False)
-            self.bar.update(1)
+            self.bar.update(steps)
             return
         step = max(1, (self.total - self.start) // 20)
-        if done == self.total or (done - self.start) % step == 0:
-            rate = (now - self.t_first) / max(done - self.start - 1, 1)
+        if done == self.total or (done - self.start) // step != (done - steps - self.start) // step:
+            rate = (now - self.t_first) / max(done - self.first_done, 1)
             text = "  ".join(f"{k} {v}" for k, v in shown.items())
             _say(f"{self.unit} {done}/{self.total}  {text}  {rate:.3g} s/{self.unit[:3]}  ETA {rate * (self.total - done):.0f} s")
 
