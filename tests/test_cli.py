@@ -154,6 +154,14 @@ def test_coevolution_from_the_command_line(tmp_path):
 
 
 @pytest.mark.slow
+def test_attack_game_from_the_command_line(tmp_path):
+    out = _cli("train", "--task", "tso-case14-n1", "--algorithm", "attack", "--pop", "4", "--generations", "2",
+               "--out", str(tmp_path / "run"))
+    assert out.returncode == 0, out.stderr
+    assert "damage_evolved_attack" in out.stdout and "attack_lines:line_0" in out.stdout
+
+
+@pytest.mark.slow
 def test_ctrl_c_saves_and_resume_takes_the_run_config(tmp_path):
     """SIGINT finishes the generation, writes checkpoint, CSV and PNG, prints the resume command and exits 130;
     `--resume --out RUN` alone continues with the run's own config, bit-identically to an uninterrupted run."""

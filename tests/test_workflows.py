@@ -202,3 +202,17 @@ def test_wandb_logging_one_run_per_run_directory(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="pip install wandb"):
         wf.learn(wf.init(), 1, run_dir=tmp_path / "other", progress=False, wandb_project="p")
     assert not (tmp_path / "other").exists()  # refused before anything was written
+
+
+def test_steps_per_call_do_not_change_the_run():
+    """learn with 1 or 10 steps per compiled call (and 7, which does not divide the checkpoint interval
+    of 10, so calls of 7 and 3): bit-identical metrics and state."""
+    runs = []
+    for per_call in (1, 10, 7):
+        wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,)))
+        state, history = wf.learn(wf.init(), 20, progress=False, steps_per_call=per_call, checkpoint_every=10)
+        runs.append(([{k: v for k, v in r.items() if k != "wall_s"} for r in history], jax.tree_util.tree_leaves(state)))
+    for rows, leaves in runs[1:]:
+        assert rows == runs[0][0] and len(rows) == 20
+        for a, b in zip(leaves, runs[0][1]):
+            np.testing.assert_array_equal(a, b)
