@@ -14,6 +14,7 @@ from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG
 from evogrid.envs import make, make_trans_params
 from evogrid.envs.profiles import split_days
+from evogrid.rollout import rollout
 
 
 @pytest.mark.parametrize("task", ["tso-case5", "tso-case14"])
@@ -88,8 +89,8 @@ def test_an_infeasible_day_is_reported_as_infeasible_not_as_a_number():
         params = make_trans_params(case, max_steps=4, n_days=1, load_p=load)
         day = dc_opf_oracle(params)[0]
     assert day.status == "infeasible" and day.cost is None and day.pg is None
-    with pytest.raises(ValueError, match="no optimisation baseline for task 'dcmg' yet"):
-        baselines.baseline("dcmg")
+    with pytest.raises(ValueError, match="no optimisation baseline for task 'gencos-case5' yet"):
+        baselines.baseline("gencos-case5")
 
 
 def test_days_split_into_disjoint_seeded_sets():
@@ -134,3 +135,32 @@ def test_myopic_policy_is_feasible_where_one_step_suffices():
         env, params = make("tso-case14", split="test")
         returns, costs = myopic_policy(env, params, days=[0])
     assert costs.shape == (1, 3) and np.all(costs <= 1e-6) and returns[0] < 0
+
+
+def test_dcmg_lp_bound_is_below_every_feasible_day_of_many_policies():
+    """The DCMG LP bound (a relaxation of the env's rules) is at most the cost of every feasible day played
+    by any policy: 48 random constant-action policies and the zero action on 4 test days (float64); at
+    least some of those days are feasible, so the check has teeth; a tighter temperature limit raises the
+    bound, and an impossible one is reported infeasible."""
+    from evogrid.baselines.dcmg import lp_bound
+
+    with jax.enable_x64(True):
+        env, params = make("dcmg", split="test")
+        days = range(4)
+        bound = lp_bound(params, days=days)
+        assert all(r.status == "optimal" for r in bound)
+        actions = jnp.concatenate([jnp.zeros((1, 4)), jax.random.uniform(jax.random.key(0), (48, 4), minval=-1, maxval=1)])
+
+        def day_cost(action, day):
+            start = env.reset_to_day(day, params)
+            m, _ = rollout(env, lambda o: action, jax.random.key(0), params.max_steps, params, obs_moments=False, start=start)
+            return -m["episode_return"], m["episode_cost"].sum()
+
+        cost, viol = jax.jit(jax.vmap(jax.vmap(day_cost, in_axes=(None, 0)), in_axes=(0, None)))(actions, jnp.arange(4))
+        feasible = np.asarray(viol) <= 1e-9
+        assert feasible.sum() >= 4
+        lower = np.array([r.cost for r in bound])
+        assert np.all(np.asarray(cost)[feasible] >= np.broadcast_to(lower, cost.shape)[feasible] - 1e-9)
+        cooler = lp_bound(params.replace(t_limit=params.t_limit - 3.0), days=[0])[0]
+        assert cooler.status == "optimal" and cooler.cost > bound[0].cost
+        assert lp_bound(params.replace(t_limit=params.t_limit - 30.0), days=[0])[0].status == "infeasible"

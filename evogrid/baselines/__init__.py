@@ -4,14 +4,16 @@
     report["oracle"]["cost"], report["myopic"]["return"], report["summary"]
 
 Per task family (`evogrid baseline --task NAME` prints the same):
-* TSO, DC (`tso.py`): the perfect-foresight multi-period DC-OPF of each day (HiGHS), and the myopic
-  policy that solves the one-step DC-OPF of the load it observes within ramp limits of its last dispatch.
-* Other families have no oracle yet; `baseline` says so by name.
+* TSO, DC (`tso.py`): the perfect-foresight multi-period DC-OPF of each day (security-constrained on the
+  -n1 tasks), and the myopic policy that solves the one-step problem of the load it observes within ramp
+  limits of its last dispatch. Replayed through the env: the replay equals the objective.
+* DCMG (`dcmg.py`): a perfect-foresight LP lower bound on each day's cost (a relaxation of the env's
+  rules, so a bound and not a schedule; no myopic policy).
+* Other families (DSO, DERs, GenCos) have no oracle yet; `baseline` says so by name.
 
 Costs are in the task's reward units (minus the return): a policy's gap to the oracle on a day is
 (its cost - the oracle's) / the oracle's. Days on which no schedule meets every limit are reported
-as infeasible, never as a number, and left out of gaps. Everything is solved in float64 and replayed
-through the environment (the replay equals the oracle's objective with zero cost channels).
+as infeasible, never as a number, and left out of gaps. Everything is solved in float64.
 """
 from __future__ import annotations
 
@@ -22,12 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-BASELINE_VERSION = "2"  # bump when an oracle's formulation changes (invalidates cached reports)
+BASELINE_VERSION = "3"  # bump when an oracle's formulation changes (invalidates cached reports)
 
 
 def supported(task: str) -> bool:
-    """The DC transmission tasks, -n1 ones included (the oracle has no AC physics)."""
-    return task.lower().startswith("tso-") and not task.lower().endswith("-ac")
+    """The DC transmission tasks (-n1 ones included; the oracle has no AC physics) and DCMG."""
+    task = task.lower()
+    return (task.startswith("tso-") and not task.endswith("-ac")) or task == "dcmg"
 
 
 def _cache_path(task: str, split: str, params) -> Path:
@@ -46,8 +49,8 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
 
     if not supported(task):
         raise ValueError(f"no optimisation baseline for task {task!r} yet; baselines exist for the DC "
-                         "transmission tasks (tso-case5, tso-case14, tso-case118, ...)")
-    from evogrid.baselines import tso
+                         "transmission tasks (tso-case5, tso-case14, tso-case118, tso-case14-n1, ...) and dcmg")
+    from evogrid.baselines import dcmg, tso
     from evogrid.envs import make
 
     with jax.enable_x64(True):
@@ -55,16 +58,21 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
         path = _cache_path(task, split, params)
         if path.is_file() and not refresh:
             return json.loads(path.read_text())
-        oracle = tso.dc_opf_oracle(params)
+        if task.lower() == "dcmg":
+            oracle, kind = dcmg.lp_bound(params), "lp_bound"
+            m_ret = m_cost = None
+        else:
+            oracle, kind = tso.dc_opf_oracle(params), "schedule"
+            m_ret, m_cost = tso.myopic_policy(env, params)
         feasible = [r.day for r in oracle if r.status == "optimal"]
-        m_ret, m_cost = tso.myopic_policy(env, params)
     report = {
-        "task": task, "split": split, "days": int(len(oracle)), "return_unit": "reward units (k$ per day for TSO)",
+        "task": task, "split": split, "days": int(len(oracle)), "oracle_kind": kind,
+        "return_unit": env.units(params)["return"],
         "oracle": {"status": [r.status for r in oracle], "cost": [r.cost for r in oracle],
                    "line_binding": [r.line_binding for r in oracle], "ramp_binding": [r.ramp_binding for r in oracle]},
-        "myopic": {"return": m_ret.tolist(), "violation": m_cost.sum(1).tolist()},
+        "myopic": None if m_ret is None else {"return": m_ret.tolist(), "violation": m_cost.sum(1).tolist()},
     }
-    report["summary"] = summarise(report, m_ret, m_cost.sum(1))
+    report["summary"] = summarise(report, m_ret, None if m_cost is None else m_cost.sum(1))
     report["summary"]["feasible_days"] = len(feasible)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1))
@@ -85,11 +93,13 @@ def summarise(report: dict, returns, violations) -> dict:
     """The figures `evogrid baseline` prints: binding shares, oracle mean return, myopic figures and gap."""
     ok = [i for i, s in enumerate(report["oracle"]["status"]) if s == "optimal"]
     share = lambda key: float(np.mean([report["oracle"][key][i] for i in ok])) if ok else float("nan")  # noqa: E731
-    myopic_gap, _ = gap(report, returns)
+    myopic_gap = gap(report, returns)[0] if returns is not None else float("nan")
+    none = returns is None
     return {
         "oracle_return": float(-np.mean([report["oracle"]["cost"][i] for i in ok])) if ok else float("nan"),
         "infeasible_days": len(report["oracle"]["status"]) - len(ok),
         "line_binding_share": share("line_binding"), "ramp_binding_share": share("ramp_binding"),
-        "myopic_return": float(np.mean(returns)), "myopic_feasible_share": float(np.mean(np.asarray(violations) <= 1e-6)),
+        "myopic_return": float("nan") if none else float(np.mean(returns)),
+        "myopic_feasible_share": float("nan") if none else float(np.mean(np.asarray(violations) <= 1e-6)),
         "myopic_gap_pct": myopic_gap,
     }
