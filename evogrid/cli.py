@@ -312,7 +312,7 @@ def _evaluation(workflow, ev) -> dict:
     days = {k: np.asarray(ev[k]).tolist() for k in ("day_return", "day_cost") if k in ev}
     out = flatten_row({k: np.asarray(v).tolist() for k, v in ev.items() if k not in days}, names)
     task = workflow.config.task
-    if baselines.supported(task) and not workflow._own_params and "day_return" in days:
+    if baselines.supported(task) and not workflow._own_params and "day_return" in days and not task.lower().startswith("gencos-"):
         report = baselines.baseline(task)
         out["gap_to_oracle_pct"], out["gap_days"] = baselines.gap(report, days["day_return"])
         s = report["summary"]
@@ -415,7 +415,12 @@ def _baseline(args) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     s = report["summary"]
-    if report.get("oracle_kind") == "lp_bound":
+    if report.get("oracle_kind") == "competitive":
+        print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days (reference: every company offers at cost)")
+        rows = [("competitive mean price", f"{s['competitive_price']:.4f} $/MWh (load-weighted)"),
+                ("companies' summed profit", f"{s['competitive_return']:.4f} ({report['return_unit']})"),
+                ("consumer payment", f"{s['consumer_payment']:.1f} $ per day")]
+    elif report.get("oracle_kind") == "lp_bound":
         print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days (oracle: a perfect-foresight LP lower "
               f"bound on each day's cost, HiGHS; returns in {report['return_unit']})")
         rows = [("bound on the mean return", f"{s['oracle_return']:.4f}"),

@@ -164,3 +164,31 @@ def test_dcmg_lp_bound_is_below_every_feasible_day_of_many_policies():
         cooler = lp_bound(params.replace(t_limit=params.t_limit - 3.0), days=[0])[0]
         assert cooler.status == "optimal" and cooler.cost > bound[0].cost
         assert lp_bound(params.replace(t_limit=params.t_limit - 30.0), days=[0])[0].status == "infeasible"
+
+
+def test_gencos_competitive_reference_prices_below_any_markup(capsys):
+    """gencos-case5 test days at zero mark-up: consumers pay less and companies earn less than under a
+    uniform mark-up of half the maximum, on every day; `evogrid baseline` prints the reference."""
+    from evogrid.baselines.market import competitive_days
+
+    env, params = make("gencos-case5", split="test")
+    profit, price, payment = competitive_days(env, params)
+    n_act = env.action_space(params).shape[0]
+
+    @jax.jit
+    def day_with_markup(day):  # a uniform mark-up (action 0 = half the maximum), the same days
+        obs, state = env.reset_to_day(day, params)
+
+        def one(carry, key):
+            obs, state = carry
+            obs, state, reward, _, _, info = env.step_no_reset(key, state, jnp.zeros(n_act), params)
+            return (obs, state), (reward, info["consumer_payment"])
+
+        _, (reward, pay) = jax.lax.scan(one, (obs, state), jax.random.split(jax.random.key(0), params.max_steps))
+        return reward.sum(), pay.sum()
+
+    m_profit, m_payment = jax.vmap(day_with_markup)(jnp.arange(len(profit), dtype=jnp.int32))
+    assert np.all(np.asarray(m_payment) > payment) and np.all(np.asarray(m_profit) > profit)
+    assert np.all((price > 10.0) & (price < 100.0))
+    assert cli.main(["baseline", "--task", "gencos-case5"]) == 0
+    assert "competitive mean price" in capsys.readouterr().out

@@ -9,7 +9,9 @@ Per task family (`evogrid baseline --task NAME` prints the same):
   limits of its last dispatch. Replayed through the env: the replay equals the objective.
 * DCMG (`dcmg.py`): a perfect-foresight LP lower bound on each day's cost (a relaxation of the env's
   rules, so a bound and not a schedule; no myopic policy).
-* Other families (DSO, DERs, GenCos) have no oracle yet; `baseline` says so by name.
+* GenCos (`market.py`): the competitive reference, every company offering at cost: its prices and
+  profits per day (a reference for bidding strategies, not an optimum of the flat reward).
+* DSO and DERs have no oracle yet; `baseline` says so by name.
 
 Costs are in the task's reward units (minus the return): a policy's gap to the oracle on a day is
 (its cost - the oracle's) / the oracle's. Days on which no schedule meets every limit are reported
@@ -30,7 +32,7 @@ BASELINE_VERSION = "3"  # bump when an oracle's formulation changes (invalidates
 def supported(task: str) -> bool:
     """The DC transmission tasks (-n1 ones included; the oracle has no AC physics) and DCMG."""
     task = task.lower()
-    return (task.startswith("tso-") and not task.endswith("-ac")) or task == "dcmg"
+    return (task.startswith("tso-") and not task.endswith("-ac")) or task == "dcmg" or task.startswith("gencos-")
 
 
 def _cache_path(task: str, split: str, params) -> Path:
@@ -49,8 +51,9 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
 
     if not supported(task):
         raise ValueError(f"no optimisation baseline for task {task!r} yet; baselines exist for the DC "
-                         "transmission tasks (tso-case5, tso-case14, tso-case118, tso-case14-n1, ...) and dcmg")
-    from evogrid.baselines import dcmg, tso
+                         "transmission tasks (tso-case5, tso-case14, tso-case118, tso-case14-n1, ...), dcmg "
+                         "and the gencos tasks (competitive reference)")
+    from evogrid.baselines import dcmg, market, tso
     from evogrid.envs import make
 
     with jax.enable_x64(True):
@@ -58,6 +61,16 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
         path = _cache_path(task, split, params)
         if path.is_file() and not refresh:
             return json.loads(path.read_text())
+        if task.lower().startswith("gencos-"):
+            profit, price, payment = market.competitive_days(env, params)
+            report = {"task": task, "split": split, "days": int(len(profit)), "oracle_kind": "competitive",
+                      "return_unit": env.units(params)["return"], "oracle": None, "myopic": None,
+                      "competitive": {"return": profit.tolist(), "price": price.tolist(), "consumer_payment": payment.tolist()},
+                      "summary": {"competitive_return": float(profit.mean()), "competitive_price": float(price.mean()),
+                                  "consumer_payment": float(payment.mean())}}
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(report, indent=1))
+            return report
         if task.lower() == "dcmg":
             oracle, kind = dcmg.lp_bound(params), "lp_bound"
             m_ret = m_cost = None
