@@ -14,6 +14,7 @@ import argparse
 import time
 
 import jax
+from _timing import time_steps
 
 
 def device_line() -> str:
@@ -42,17 +43,7 @@ def ec_seconds(pop: int, repeats: int) -> tuple[float, float]:
     from evogrid.workflows import ECConfig, ECWorkflow
 
     wf = ECWorkflow(ECConfig(task="tso-case14", pop_size=pop, episodes_per_individual=1, obs_norm=False))
-    state = wf.init()
-    t0 = time.perf_counter()
-    state, _ = wf.step(state)
-    jax.block_until_ready(state)
-    compile_s, best = time.perf_counter() - t0, float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        state, _ = wf.step(state)
-        jax.block_until_ready(state)
-        best = min(best, time.perf_counter() - t0)
-    return best, compile_s
+    return time_steps(wf, repeats)
 
 
 def main():

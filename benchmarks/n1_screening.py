@@ -52,11 +52,11 @@ def _pypower_rate(case, n_states, outages):
     from pypower.api import ppoption, rundcpf
 
     opts = ppoption(VERBOSE=0, OUT_ALL=0)
-    ppc = dict(version="2", baseMVA=case.base_mva, bus=case.bus.copy(), gen=case.gen.copy(), branch=case.branch.copy())
+    ppc = {"version": "2", "baseMVA": case.base_mva, "bus": case.bus.copy(), "gen": case.gen.copy(), "branch": case.branch.copy()}
     t0 = time.perf_counter()
     for _ in range(n_states):
         for k in outages:
-            rundcpf(dict(ppc, branch=np.delete(ppc["branch"], k, axis=0)), opts)[0]["branch"][:, PF]
+            rundcpf({**ppc, "branch": np.delete(ppc["branch"], k, axis=0)}, opts)[0]["branch"][:, PF]
     return n_states * len(outages) * case.n_branch / (time.perf_counter() - t0)
 
 

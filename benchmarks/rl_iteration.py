@@ -12,26 +12,18 @@ is one compiled call; the best of `repeats` calls after the first (compile) is r
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
+from _timing import time_steps
 
-from evogrid.workflows import ERLConfig, ERLWorkflow, PPOConfig, RLWorkflow, SACConfig, TD3Config
-
-
-def timed(wf, repeats):
-    state = wf.init()
-    t0 = time.perf_counter()
-    state, _ = wf.step(state)
-    jax.block_until_ready(state)
-    compile_s = time.perf_counter() - t0
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        state, _ = wf.step(state)
-        jax.block_until_ready(state)
-        best = min(best, time.perf_counter() - t0)
-    return best, compile_s
+from evogrid.workflows import (
+    ERLConfig,
+    ERLWorkflow,
+    PPOConfig,
+    RLWorkflow,
+    SACConfig,
+    TD3Config,
+)
 
 
 def main():
@@ -56,7 +48,7 @@ def main():
     print("| algorithm | settings | env steps / iteration | s / iteration | env-steps/s | compile s |")
     print("|---|---|---|---|---|---|")
     for name, wf, steps, settings in rows:
-        s, c = timed(wf, args.repeats)
+        s, c = time_steps(wf, args.repeats)
         print(f"| {name} | {settings} | {steps} | {s:.4f} | {steps / s:,.0f} | {c:.1f} |", flush=True)
 
 

@@ -31,8 +31,8 @@ from evogrid.baselines.tso import DaySchedule
 
 def lp_bound(params, days=None) -> list[DaySchedule]:
     """The LP lower bound of each day (default: every day of `params`), in reward units (minus the return)."""
-    g = lambda x: np.asarray(x, np.float64)  # noqa: E731
-    n_days, T = g(params.it_arrival).shape
+    g = lambda x: np.asarray(x, np.float64)
+    n_days = g(params.it_arrival).shape[0]
     out = []
     for d in range(n_days) if days is None else days:
         sol = solve_qp(*_day_lp(params, int(d), g))
@@ -54,7 +54,7 @@ def _day_lp(params, d: int, g):
     sizes = [T * (D + 1)] + [T] * 10
     start = dict(zip(names, np.cumsum([0] + sizes[:-1])))
     n = sum(sizes)
-    idx = lambda name, t: start[name] + t  # noqa: E731
+    idx = lambda name, t: start[name] + t
     lo, up = np.zeros(n), np.full(n, np.inf)
     up[idx("q", 0):idx("q", T)] = f["q_cool_max"]
     lo[idx("temp", 0):idx("temp", T)], up[idx("temp", 0):idx("temp", T)] = -np.inf, f["t_limit"]
@@ -65,7 +65,7 @@ def _day_lp(params, d: int, g):
     up[idx("pv", 0):idx("pv", T)] = pv_avail
     up[idx("grid", 0):idx("grid", T)] = f["grid_cap"]
     t = np.arange(T)
-    x_of = lambda ta, j: start["x"] + ta * (D + 1) + j  # noqa: E731
+    x_of = lambda ta, j: start["x"] + ta * (D + 1) + j
     lo[x_of(t, 0)] = (1.0 - f["deferrable"]) * arrival   # the share that cannot wait runs on arrival
 
     rows, cols, vals, r_lo, r_up = [], [], [], [], []

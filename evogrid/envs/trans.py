@@ -439,11 +439,8 @@ def merit_ramp_rates(case: Case) -> np.ndarray:
     return rates
 
 
-def derived_ratings(case: Case, margin: float = RATING_MARGIN, floor: float = 0.05) -> np.ndarray:
-    """Line ratings (MW) for a case without real ones: `margin` times the DC flow of the economic dispatch
-    (no network limits, `physics.economic_dispatch`) at the case's own bus loads, and at least `floor`
-    times the largest such flow. Loads above the case's Pd (some days reach 1.10) then meet these
-    limits, so the optimal schedule must redispatch around them."""
+def _economic_dispatch_flows(case: Case) -> np.ndarray:
+    """Signed DC branch flows (MW) of the economic dispatch (no network limits) at the case's own loads."""
     from evogrid.physics import economic_dispatch
 
     with jax.enable_x64(True):
@@ -453,7 +450,15 @@ def derived_ratings(case: Case, margin: float = RATING_MARGIN, floor: float = 0.
     pg = economic_dispatch(case.gencost, case.gen[:, PMIN], case.gen[:, PMAX], pd.sum() + float(gs))
     inj = np.zeros(case.n_bus)
     np.add.at(inj, case.gen_bus, pg)
-    flow = np.abs(ptdf @ (inj - pd) + flow0)
+    return ptdf @ (inj - pd) + flow0
+
+
+def derived_ratings(case: Case, margin: float = RATING_MARGIN, floor: float = 0.05) -> np.ndarray:
+    """Line ratings (MW) for a case without real ones: `margin` times the DC flow of the economic dispatch
+    (no network limits, `physics.economic_dispatch`) at the case's own bus loads, and at least `floor`
+    times the largest such flow. Loads above the case's Pd (some days reach 1.10) then meet these
+    limits, so the optimal schedule must redispatch around them."""
+    flow = np.abs(_economic_dispatch_flows(case))
     return np.maximum(margin * flow, floor * flow.max())
 
 
@@ -462,16 +467,7 @@ def derived_n1_ratings(case: Case, model, contingencies, margin: float = RATING_
     are: `margin` times the largest flow over the screened single outages of the economic dispatch at
     the case's own loads. That dispatch is then N-1 secure with the margin; heavier load days are not,
     so a secure schedule must redispatch (and on the -n1 tasks it can, as `evogrid baseline` shows)."""
-    from evogrid.physics import economic_dispatch
-
-    with jax.enable_x64(True):
-        net = make_dc_network(case)
-        ptdf, flow0, gs = (np.asarray(x, np.float64) for x in (net.ptdf, net.flow0, net.gs_total))
-    pd = case.bus[:, PD]
-    pg = economic_dispatch(case.gencost, case.gen[:, PMIN], case.gen[:, PMAX], pd.sum() + float(gs))
-    inj = np.zeros(case.n_bus)
-    np.add.at(inj, case.gen_bus, pg)
-    flow = ptdf @ (inj - pd) + flow0
+    flow = _economic_dispatch_flows(case)
     lodf = np.asarray(model.lodf, np.float64)[:, contingencies]           # [n_branch, c]
     post = np.abs(flow[:, None] + lodf * flow[contingencies][None, :])     # every branch after each outage
     return margin * post.max(1)

@@ -119,7 +119,7 @@ def contingency_flows(model: OutageModel, flow: jnp.ndarray, out: jnp.ndarray, c
     Cost: one fused pass over [c, n_branch] per grid. The [n_branch, c] factor matrix of the grid as it
     is is never formed: it would differ per grid of a vmapped batch, and writing it is the bottleneck
     (measured 10x slower on CPU); only parameter-only terms are [c, n_branch] and so shared by a batch."""
-    n, c = flow.shape[0], contingencies.shape[0]
+    n = flow.shape[0]
     tol = _default_tol(flow.dtype) if tol is None else tol
     # parameter-only: ISF[:, C]^T with the contingency's own entry minus 1 (its post-outage flow is 0)
     base = model.isf[:, contingencies].T - (jnp.arange(n)[None, :] == contingencies[:, None])
