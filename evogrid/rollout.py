@@ -51,14 +51,17 @@ class Transition(NamedTuple):
         return self.terminated | self.truncated
 
 
-def collect(env, params, policy, key, state, obs, steps: int, *, reset: bool = True, inputs=None, fold=None, acc=None):
+def collect(env, params, policy, key, state, obs, steps: int, *, reset: bool = True, inputs=None, fold=None, acc=None,
+            until=None):
     """Run `policy` in `env` (a single env or a `TrainingWrapper` batch) for `steps` steps.
 
     policy(key, obs) -> (action, aux), or policy(key, obs, x) with `inputs` (per-step values
     [steps, ...], e.g. pre-generated actions). Returns (state, obs, transitions, acc): the
     carry after the last step (ready to continue), the stacked `Transition`s, and the folded
     accumulator. With `reset=True` the carried obs and state pass `stop_gradient` (as
-    `env.step_auto_reset` does).
+    `env.step_auto_reset` does). With `until(acc) -> bool` the loop is a `while_loop` that also
+    stops once `until` holds (e.g. every episode of the batch has ended): transitions are then
+    not kept (None), and the steps it skips are the ones that would not change `acc`.
     """
     keys = jax.random.split(key, steps)
     k_step, k_reset = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
@@ -77,6 +80,19 @@ def collect(env, params, policy, key, state, obs, steps: int, *, reset: bool = T
             next_obs, next_state = stop_obs_state_gradient(env.auto_reset(kr, next_obs, next_state, done, params))
         return (next_state, next_obs, acc), tr
 
+    if until is not None:
+        def keep_going(carry):
+            t, _, _, acc = carry
+            return (t < steps) & ~until(acc)
+
+        def one(carry):
+            t, state, obs, acc = carry
+            x = None if inputs is None else jax.tree_util.tree_map(lambda v: v[t], inputs)
+            (state, obs, acc), _ = body((state, obs, acc), (k_step[t], k_reset[t], k_act[t], x))
+            return t + 1, state, obs, acc
+
+        _, state, obs, acc = jax.lax.while_loop(keep_going, one, (jnp.int32(0), state, obs, acc))
+        return state, obs, None, acc
     (state, obs, acc), traj = jax.lax.scan(body, (state, obs, acc), (k_step, k_reset, k_act, inputs))
     return state, obs, traj, acc
 
@@ -122,8 +138,10 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
     zeros = jnp.zeros((obs_dim,), obs.dtype)
     acc0 = (jnp.ones(batch, bool), jnp.zeros(batch, obs.dtype), jnp.zeros(batch + (n_costs,), obs.dtype),
             jnp.zeros(batch, jnp.int32), zeros, zeros, jnp.zeros((), obs.dtype))
+    # episodes that can end before the horizon (gymnax): stop once every one has (nothing changes after)
+    until = (lambda acc: ~jnp.any(acc[0])) if getattr(env, "ends_early", False) and not crosses and not keep_trajectory else None
     _, _, traj, acc = collect(env, params, deterministic(policy), k_steps, state, obs, max_steps, reset=crosses,
-                              fold=fold, acc=acc0)
+                              fold=fold, acc=acc0, until=until)
     _, ret, cost, length, s1, s2, n = acc
     metrics = {"episode_return": ret, "episode_cost": cost, "episode_length": length}
     if obs_moments:

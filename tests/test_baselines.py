@@ -89,8 +89,8 @@ def test_an_infeasible_day_is_reported_as_infeasible_not_as_a_number():
         params = make_trans_params(case, max_steps=4, n_days=1, load_p=load)
         day = dc_opf_oracle(params)[0]
     assert day.status == "infeasible" and day.cost is None and day.pg is None
-    with pytest.raises(ValueError, match="no optimisation baseline for task 'gencos-case5' yet"):
-        baselines.baseline("gencos-case5")
+    with pytest.raises(ValueError, match="no optimisation baseline for task 'ders-case141' yet"):
+        baselines.baseline("ders-case141")
 
 
 def test_days_split_into_disjoint_seeded_sets():

@@ -28,6 +28,29 @@ def test_cartpole_contract():
     assert short.max_steps == 20 and short.inner.max_steps_in_episode == 20
 
 
+def test_rollouts_stop_once_every_episode_has_ended():
+    """CartPole episodes end early: `rollout` stops its loop when all have (fewer policy calls than the
+    horizon), with the same metrics as the full-length loop (kept trajectories force the full loop)."""
+    from evogrid.envs.wrappers import TrainingWrapper
+    from evogrid.rollout import rollout
+
+    env, params = make("gymnax:CartPole-v1")
+    batch = TrainingWrapper(env, 4)
+    calls = []
+
+    def policy(obs):
+        jax.debug.callback(lambda: calls.append(1))
+        return jnp.broadcast_to(jnp.array([1.0, -1.0]), obs.shape[:-1] + (2,))  # always push left
+
+    early, _ = jax.jit(lambda k: rollout(batch, policy, k, 500, params))(jax.random.key(0))
+    n_early = len(calls)
+    full, traj = jax.jit(lambda k: rollout(batch, policy, k, 500, params, keep_trajectory=True))(jax.random.key(0))
+    assert n_early < 100 and len(calls) - n_early == 500 and traj is not None
+    for k in ("episode_return", "episode_length", "obs_mean", "obs_var", "obs_count"):
+        np.testing.assert_allclose(np.asarray(early[k]), np.asarray(full[k]), rtol=1e-6, err_msg=k)
+    assert np.all(np.asarray(early["episode_length"]) < 100)
+
+
 def test_pendulum_actions_map_onto_the_torque_box():
     env, params = make("gymnax:Pendulum-v1")
     obs, state = env.reset(jax.random.key(0), params)

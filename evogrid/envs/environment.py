@@ -25,7 +25,12 @@ class EnvParams:
 
 
 class Environment:
-    """Base class. Instances are hashed by identity (they are static under jit): build once, reuse."""
+    """Base class. Instances are hashed by identity (they are static under jit): build once, reuse.
+
+    `ends_early`: whether an episode can end before `params.max_steps` (a terminal state); rollouts of
+    such envs stop once every episode of a batch has ended. The grid tasks run to their horizon."""
+
+    ends_early = False
 
     def reset(self, key: jax.Array, params):
         return self.reset_env(key, params)

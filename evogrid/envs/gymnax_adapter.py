@@ -26,6 +26,7 @@ class GymnaxState(EnvState):
 
 
 class GymnaxEnv(Environment):
+    ends_early = True  # e.g. CartPole ends when the pole falls
     def __init__(self, name: str):
         try:
             import gymnax

@@ -15,6 +15,10 @@ class _ForwardSpaces:
     def _inner_params(self, params):
         return params
 
+    @property
+    def ends_early(self):
+        return getattr(self.env, "ends_early", False)
+
     def observation_space(self, params):
         return self.env.observation_space(self._inner_params(params))
 
