@@ -53,18 +53,22 @@ def test_dcopf_clearing_matches_linprog(case, load_scale):
     spreads = []
     with jax.enable_x64(True):
         params = make_market_params(case, n_days=2, load_scale=load_scale)
-        clear = jax.jit(lambda offers, load: ENV.clear(offers, params, load))
+        clear = jax.jit(lambda offers, load, warm: ENV.clear(offers, params, load, warm))
+        point = None
         for trial in range(4):
             markup = rng.uniform(0.0, 1.0, params.company.shape[1])
             load = np.asarray(params.load[trial % 2, rng.integers(48)])
             offers = _offers(params, markup)
-            g, lmp = clear(jnp.asarray(offers), jnp.asarray(load))
             prices = np.concatenate([offers, np.full(len(load), 1000.0)])
             ref_g, ref_lmp, ref_cost = _linprog_dcopf(params, prices, np.concatenate([np.asarray(params.seg_cap), load]), load)
-            # segments of one unit can tie in price (linear costs): compare each unit's total and the shedding
-            np.testing.assert_allclose(_per_unit(params, g), _per_unit(params, ref_g), atol=1e-4)
-            np.testing.assert_allclose(np.asarray(lmp), ref_lmp, atol=1e-4)
-            np.testing.assert_allclose(prices @ np.asarray(g), ref_cost, rtol=1e-8)
+            # cold, and warm-started from the previous clearing's point (as the env does step to step)
+            for warm in (None, point):
+                g, lmp, new_point = clear(jnp.asarray(offers), jnp.asarray(load), warm)
+                # segments of one unit can tie in price (linear costs): compare each unit's total and the shedding
+                np.testing.assert_allclose(_per_unit(params, g), _per_unit(params, ref_g), atol=1e-4)
+                np.testing.assert_allclose(np.asarray(lmp), ref_lmp, atol=1e-4)
+                np.testing.assert_allclose(prices @ np.asarray(g), ref_cost, rtol=1e-8)
+            point = new_point
             spreads.append(np.ptp(ref_lmp))
     if case == "5":
         assert max(spreads) > 1.0   # congestion: nodal prices differ
@@ -77,7 +81,7 @@ def test_dcopf_in_float32_is_close():
     params = make_market_params("5", n_days=1)
     markup = np.linspace(0.1, 0.9, 5)
     load = np.asarray(params.load[0, 38], float)
-    g, lmp = jax.jit(lambda o, l: ENV.clear(o, params, l))(jnp.asarray(_offers(params, markup), jnp.float32), jnp.asarray(load, jnp.float32))
+    g, lmp, _ = jax.jit(lambda o, l: ENV.clear(o, params, l))(jnp.asarray(_offers(params, markup), jnp.float32), jnp.asarray(load, jnp.float32))
     prices = np.concatenate([_offers(params, markup), np.full(5, 1000.0)])
     ref_g, ref_lmp, _ = _linprog_dcopf(params, prices, np.concatenate([np.asarray(params.seg_cap, float), load]), load)
     np.testing.assert_allclose(_per_unit(params, g), _per_unit(params, ref_g), atol=5e-2)

@@ -39,6 +39,7 @@ from evogrid.utils.jax_utils import stop_obs_state_gradient
 class MarketState(EnvState):
     day: jnp.ndarray
     lmp: jnp.ndarray   # [n_bus] last cleared prices $/MWh
+    warm: tuple = ()   # the last clearing's scaled primal/dual point (DC-OPF): the next one starts there
 
 
 @struct.dataclass
@@ -69,27 +70,31 @@ class GenCoMarketEnv(Environment):
 
     def reset_to_day(self, day, params: MarketParams):
         day = jnp.asarray(day, jnp.int32)
-        state = MarketState(time_step=jnp.int32(0), day=day, lmp=jnp.zeros(params.load.shape[-1], params.load.dtype))
+        dtype = params.load.dtype
+        warm = () if params.clearing == "merit" else (
+            jnp.zeros(params.seg_bus.shape[0], dtype), jnp.zeros(1 + 2 * params.opf.f_max.shape[0], dtype))
+        state = MarketState(time_step=jnp.int32(0), day=day, lmp=jnp.zeros(params.load.shape[-1], dtype), warm=warm)
         return self._obs(state, params), state
 
-    def clear(self, offers, params: MarketParams, load):
-        """Clear one market: offers [K] $/MWh for the generator segments, load [n_bus] MW.
-        Returns (dispatch [K + n_bus] MW incl. shedding, prices [n_bus] $/MWh)."""
+    def clear(self, offers, params: MarketParams, load, warm=None):
+        """Clear one market: offers [K] $/MWh for the generator segments, load [n_bus] MW, `warm` the
+        previous clearing's point (DC-OPF; None: a cold start). Returns (dispatch [K + n_bus] MW incl.
+        shedding, prices [n_bus] $/MWh, the point to warm-start the next clearing)."""
         n_bus = load.shape[0]
         prices = jnp.concatenate([offers, jnp.full((n_bus,), params.voll, offers.dtype)])
         caps = jnp.concatenate([params.seg_cap, load])
         if params.clearing == "merit":
             g, price, _ = merit_order(prices, caps, jnp.sum(load))
-            return g, jnp.full((n_bus,), price)
-        g, lmp, _, _ = dc_opf(params.opf, prices, caps, load, iters=params.opf_iters)
-        return g, lmp
+            return g, jnp.full((n_bus,), price), ()
+        g, lmp, _, point = dc_opf(params.opf, prices, caps, load, iters=params.opf_iters, warm=warm or None)
+        return g, lmp, point
 
     def step_env(self, key, state: MarketState, action, params: MarketParams):
         action, n_bad = sanitize_action(action)
         markup = 0.5 * (action + 1.0) * params.markup_max             # [n_units]
         offers = params.seg_cost * (1.0 + markup[params.seg_unit])
         load = params.load[state.day, state.time_step]
-        g, lmp = self.clear(offers, params, load)
+        g, lmp, warm = self.clear(offers, params, load, state.warm)
         n_seg = params.seg_cost.shape[0]
         gen, shed = g[:n_seg], g[n_seg:]
         seg_profit = gen * (lmp[params.seg_bus[:n_seg]] - params.seg_cost) * params.delta_t_hours
@@ -99,7 +104,7 @@ class GenCoMarketEnv(Environment):
         flows = params.ptdf @ inj + params.f0
         costs = jnp.stack([jnp.sum(shed), jnp.sum(jnp.maximum(jnp.abs(flows) - params.rate, 0.0))])
         unit_mw = jnp.zeros(params.company.shape[1], gen.dtype).at[params.seg_unit].add(gen)
-        new = MarketState(time_step=state.time_step + 1, day=state.day, lmp=lmp)
+        new = MarketState(time_step=state.time_step + 1, day=state.day, lmp=lmp, warm=warm)
         info = {"profits": profits, "lmp": lmp, "unit_mw": unit_mw, "markup": markup, "nonfinite_actions": n_bad,
                 "consumer_payment": jnp.sum(lmp * (load - shed)) * params.delta_t_hours}  # shedding segment n sits at bus n
         reward = jnp.sum(profits) * params.reward_scale
