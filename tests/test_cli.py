@@ -165,7 +165,7 @@ def test_attack_game_from_the_command_line(tmp_path):
 def test_ctrl_c_saves_and_resume_takes_the_run_config(tmp_path):
     """SIGINT finishes the generation, writes checkpoint, CSV and PNG, prints the resume command and exits 130;
     `--resume --out RUN` alone continues with the run's own config, bit-identically to an uninterrupted run."""
-    total = 60
+    total = 200  # calls of 20 generations: the signal lands long before the last one
     assert _cli("train", *ARGS, "--generations", str(total), "--out", str(tmp_path / "full")).returncode == 0
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "evogrid.cli", "train", *ARGS, "--generations", str(total), "--out", str(run)],
