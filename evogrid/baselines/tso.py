@@ -105,6 +105,28 @@ class _Problem:
             out.append(None if grid is None else (*grid, any(o >= 0 and o not in before for o in now.tolist())))
         return out
 
+    def step_rates(self, grids, T: int):
+        """[T, n_lim] line limits per step: the emergency ratings in the step a line trips, else RATE_A."""
+        rate = self.rate[self.limited]
+        if grids is None or self.n1_rate is None:
+            return np.broadcast_to(rate, (T, rate.size))
+        return np.stack([self.n1_rate[self.limited] if trip else rate for *_, trip in grids])
+
+    def solve(self, load, start, grids=None, max_rounds: int = 50, where: str = ""):
+        """The (multi-period) problem from dispatch `start`, N-1 secure where the task screens outages:
+        constraint generation adds every violated post-contingency row and solves again until none is.
+        Returns (solution, number of N-1 rows added)."""
+        extra, T = [], load.shape[0]
+        for _ in range(max_rounds):
+            sol = solve_qp(*self.build(load, start, grids=grids, extra=extra))
+            if not sol.ok or self.contingencies is None:
+                return sol, len(extra)
+            new = self.n1_violations(sol.x[:T * self.n_units].reshape(T, self.n_units), load, grids)
+            if not new:
+                return sol, len(extra)
+            extra += new
+        raise RuntimeError(f"{where}N-1 constraint generation did not settle in {max_rounds} rounds")
+
     def n1_violations(self, pg, load, grids):
         """Rows (t, coef [G], lo, hi) of every post-contingency flow of `pg` [T, G] above `n1_rate`."""
         rows = []
@@ -147,10 +169,7 @@ class _Problem:
 
         demand = load.sum(1) + self.shunt
         add(sp.kron(eye_t, np.ones((1, G))), None, demand, demand)                                   # balance
-        rate = np.tile(self.rate[self.limited], T)
-        if grids is not None and self.n1_rate is not None:  # steps with an outage in force: emergency ratings
-            rate = np.concatenate([self.n1_rate[self.limited] if trip else self.rate[self.limited]
-                                   for *_, trip in grids])
+        rate = self.step_rates(grids, T).ravel()
         if grids is None:
             base = (self.flow0[None] - load @ self.ptdf.T).ravel()                                   # [T * n_lim]
             lines = sp.kron(eye_t, sp.csr_matrix(self.gen_ptdf))
@@ -236,9 +255,7 @@ class _Problem:
         else:
             flows = np.stack([(ptdf @ (self.gen_inc.T @ pg[t] - load[t]) + f0)[self.limited]
                               for t, (ptdf, f0, *_) in enumerate(grids)])
-        rate = np.broadcast_to(self.rate[self.limited], flows.shape)
-        if grids is not None and self.n1_rate is not None:
-            rate = np.stack([self.n1_rate[self.limited] if trip else self.rate[self.limited] for *_, trip in grids])
+        rate = self.step_rates(grids, flows.shape[0])
         line = bool(np.any(np.abs(flows) >= rate * (1.0 - BINDING) - 1e-6)) if rate.size else False
         steps = np.diff(np.concatenate([start[None], pg]), axis=0)
         ramp = bool(np.any(np.abs(steps) >= self.ramp * (1.0 - BINDING) - 1e-6))
@@ -256,23 +273,14 @@ def dc_opf_oracle(params, days=None, max_rounds: int = 50) -> list[DaySchedule]:
         if grids is not None and any(g is None for g in grids):
             out.append(DaySchedule(int(d), "islanded", None))
             continue
-        extra, T = [], prob.load.shape[1]
-        for _ in range(max_rounds):
-            sol = solve_qp(*prob.build(prob.load[d], prob.start[d], grids=grids, extra=extra))
-            if not sol.ok:
-                break
-            pg = sol.x[:T * prob.n_units].reshape(T, prob.n_units)
-            new = prob.n1_violations(pg, prob.load[d], grids) if prob.contingencies is not None else []
-            if not new:
-                break
-            extra += new
-        else:
-            raise RuntimeError(f"day {d}: N-1 constraint generation did not settle in {max_rounds} rounds")
+        sol, n1_rows = prob.solve(prob.load[d], prob.start[d], grids, max_rounds, where=f"day {d}: ")
         if not sol.ok:
             out.append(DaySchedule(int(d), sol.status, None))
             continue
+        T = prob.load.shape[1]
+        pg = sol.x[:T * prob.n_units].reshape(T, prob.n_units)
         line, ramp = prob.binding(pg, prob.load[d], prob.start[d], grids)
-        out.append(DaySchedule(int(d), "optimal", float(sol.objective), pg, line, ramp, len(extra)))
+        out.append(DaySchedule(int(d), "optimal", float(sol.objective), pg, line, ramp, n1_rows))
     return out
 
 
@@ -315,13 +323,8 @@ def myopic_policy(env, params, days=None):
             grids = prob.step_grids(d, [t]) if prob.isf is not None else None
             if grids is not None and grids[0] is None:
                 raise RuntimeError(f"myopic dispatch, day {d} step {t}: the scheduled outages island the grid")
-            load, extra = prob.load[d, t:t + 1], []
-            for _ in range(50):
-                sol = solve_qp(*prob.build(load, prev, grids=grids, extra=extra))
-                new = prob.n1_violations(sol.x[None, :prob.n_units], load, grids) if sol.ok and prob.contingencies is not None else []
-                if not new:
-                    break
-                extra += new
+            load = prob.load[d, t:t + 1]
+            sol, _ = prob.solve(load, prev, grids, where=f"myopic dispatch, day {d} step {t}: ")
             if not sol.ok:  # no dispatch meets every limit this step: the least violating one
                 sol = solve_qp(*prob.build(load, prev, soft_slack=slack, grids=grids))
             if not sol.ok:

@@ -331,10 +331,11 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     if load_q is None:  # each bus keeps the case's own power factor (Qd / Pd; 0 where Pd is 0)
         load_q = load_p * np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
     load_q = np.asarray(load_q, float)
-    if (n1 or outages_per_day or outage_schedule is not None) and ac:
+    security = n1 or outages_per_day or outage_schedule is not None
+    if security and ac:
         raise ValueError("line outages and N-1 screening use the DC model's outage factors; they are not "
                          "available with ac=True (use the DC task)")
-    model = make_outage_model(case) if (n1 or outages_per_day or outage_schedule is not None) else None
+    model = make_outage_model(case) if security else None
     schedule = _outage_schedule(case, model, outage_schedule, outages_per_day, outage_steps, max_outages,
                                 load_p.shape[0] if load_p.ndim == 3 else 1, max_steps, seed)
     if load_p.ndim == 3:
