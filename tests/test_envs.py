@@ -10,13 +10,15 @@ from evogrid.case.matpower import PD, PG, QD, VA, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
-CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5"]
+CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
+                  "tso-case14-real", "dcmg-real"]
 HORIZON = 3  # short episodes so a rollout crosses episode boundaries
 
 
 @pytest.fixture(scope="module", params=CONTRACT_TASKS)
 def task(request):
-    env, params = make(request.param, max_steps=HORIZON, n_days=4)
+    days = {"split": "test"} if request.param.endswith("-real") else {"n_days": 4}   # real: the 28 test days
+    env, params = make(request.param, max_steps=HORIZON, **days)
     n_act = env.action_space(params).shape[0]
     rollout = jax.jit(jax.vmap(lambda k, s, a: scan_rollout(env, k, s, params, a)))
     return request.param, env, params, n_act, rollout, jax.jit(env.step), jax.jit(env.reset)

@@ -25,13 +25,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
+from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action, time_obs, time_obs_size
 from evogrid.envs.profiles import (
     check_days,
     daily_load_shape,
-    daily_price_profiles,
     daily_pv_profiles,
-    split_days,
+    forecast_features,
+    price_days,
+    source_days,
     time_features,
 )
 from evogrid.envs.spaces import Box
@@ -73,7 +74,6 @@ class DCMGParams(EnvParams):
     set_min: jnp.ndarray = None
     set_max: jnp.ndarray = None
     reward_scale: jnp.ndarray = None
-    time_features: jnp.ndarray = None
     max_steps: int = struct.field(pytree_node=False, default=288)
     delta_t_hours: float = struct.field(pytree_node=False, default=1.0 / 12.0)
     deadline_steps: int = struct.field(pytree_node=False, default=24)
@@ -140,10 +140,10 @@ class DCMicrogridEnv(Environment):
         d = state.day
         head = jnp.stack([params.it_arrival[d, t], params.pv_avail[d, t], params.price[d, t] / 100.0, state.soc[0],
                           (state.temp - params.t_limit) / 10.0])
-        return jnp.concatenate([head, state.queue, params.time_features[state.time_step]])
+        return jnp.concatenate([head, state.queue, time_obs(state, params)])
 
     def observation_space(self, params: DCMGParams) -> Box:
-        return Box(-jnp.inf, jnp.inf, (5 + params.deadline_steps + 3,))
+        return Box(-jnp.inf, jnp.inf, (5 + params.deadline_steps + time_obs_size(params),))
 
     def action_space(self, params: DCMGParams) -> Box:
         return Box(-1.0, 1.0, (4,))
@@ -175,8 +175,8 @@ def it_workload_profiles(n_days: int, n_steps: int, delta_t_hours: float, peak_m
     return np.clip(out, 0.0, None)
 
 
-def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *, n_days: int = 64, seed: int = 0,
-                     split: str = "all",
+def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *, n_days: int | None = None, seed: int = 0,
+                     split: str = "all", profiles: str = "synthetic",
                      it_peak_mw: float = 1.2, deferrable: float = 0.3, deadline_steps: int = 24,
                      pv_mw: float = 0.6, battery_mw: float = 0.5, battery_mwh: float = 1.0, eta_charge: float = 0.95,
                      eta_discharge: float = 0.95, soc_min: float = 0.1, soc_max: float = 0.9, soc_init: float = 0.5,
@@ -185,26 +185,39 @@ def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *,
                      grid_co2: float = 0.4, carbon_price: float = 50.0, grid_cap_mw: float = 1.5,
                      price_tariff=(40.0, 70.0, 130.0), cop: float = 3.5, q_cool_max_mw: float = 2.0,
                      c_th_mwh_per_degc: float = 0.5, tau_hours: float = 10.0, temp_init: float = 22.0,
-                     t_limit: float = 27.0, set_range=(18.0, 30.0), reward_scale: float = 0.01) -> DCMGParams:
+                     t_limit: float = 27.0, set_range=(18.0, 30.0), reward_scale: float = 0.01, forecast_steps: int = 0,
+                     forecast_error: float = 0.02) -> DCMGParams:
     """Parameters of `DCMicrogridEnv` (defaults: a ~1 MW IT load, 5-minute steps over one day).
 
     Fuel use defaults follow a common diesel approximation (0.08 l/h per kW rating idle, 0.23 l/kWh);
-    diesel emits 2.68 kg CO2 per litre. Outdoor temperature: a daily sine between 15 and 30 degC."""
+    diesel emits 2.68 kg CO2 per litre. Days (`profiles`, `n_days`, `split`: see `profiles.source_days`):
+    "synthetic": clear-sky PV with cloudiness, outdoor temperature a daily sine between 15 and 30 degC;
+    "real": the 366 days of 2016 with PV output and dry-bulb temperature of a typical meteorological
+    year (Greensboro, NC; `evogrid.data` kind "tmy"). IT work and the tariff are synthetic for both.
+    Forecasts: `forecast_steps` > 0 appends to the observation a noisy forecast of the next
+    `forecast_steps` intervals' IT work arriving and PV available (MW) (`profiles.forecast_features`: error `forecast_error` x sqrt(lead))."""
     check_days(max_steps, delta_t_hours, n_days)
-    days = split_days(n_days, split, seed)
+    n_source, days = source_days(profiles, n_days, split, seed)
     if not 0.0 <= deferrable <= 1.0 or deadline_steps < 1:
         raise ValueError(f"need 0 <= deferrable <= 1 and deadline_steps >= 1, got {deferrable}, {deadline_steps}")
     if set_range[0] >= set_range[1] or cop <= 0 or c_th_mwh_per_degc <= 0 or tau_hours <= 0:
         raise ValueError("need set_range[0] < set_range[1] and positive cop, c_th_mwh_per_degc, tau_hours")
     battery, soc0 = make_battery(1, mw=battery_mw, mwh=battery_mwh, eta_charge=eta_charge, eta_discharge=eta_discharge,
                                  soc_min=soc_min, soc_max=soc_max, soc_init=soc_init, taper=taper)
-    hours = (np.arange(max_steps) + 0.5) * delta_t_hours % 24.0
-    t_out = 22.5 + 7.5 * np.sin(2 * np.pi * (hours - 9.0) / 24.0)  # coolest ~3 h, warmest ~15 h
+    it_arrival = it_workload_profiles(n_source, max_steps, delta_t_hours, it_peak_mw, seed)[days]
+    if profiles == "real":
+        from evogrid import data
+
+        weather = data.load_profiles("tmy", days, delta_t_hours, max_steps, ["pv", "temp_air"]).values
+        pv, t_out = weather[..., 0], weather[..., 1]
+    else:
+        hours = (np.arange(max_steps) + 0.5) * delta_t_hours % 24.0
+        t_out = 22.5 + 7.5 * np.sin(2 * np.pi * (hours - 9.0) / 24.0)  # coolest ~3 h, warmest ~15 h
+        pv = daily_pv_profiles(1, n_source, max_steps, delta_t_hours, seed)[days, :, 0]
     return DCMGParams(
         max_steps=max_steps, delta_t_hours=delta_t_hours, deadline_steps=deadline_steps,
-        it_arrival=as_float(it_workload_profiles(n_days, max_steps, delta_t_hours, it_peak_mw, seed)[days]),
-        pv_avail=as_float(pv_mw * daily_pv_profiles(1, n_days, max_steps, delta_t_hours, seed)[days, :, 0]),
-        price=as_float(daily_price_profiles(n_days, max_steps, delta_t_hours, seed, tuple(price_tariff))[days]),
+        it_arrival=as_float(it_arrival), pv_avail=as_float(pv_mw * pv),
+        price=as_float(price_days(profiles, n_days, split, max_steps, delta_t_hours, seed, price_tariff)),
         t_out=as_float(np.broadcast_to(t_out, (len(days), max_steps))), deferrable=as_float(deferrable),
         battery=battery, soc_init=soc0, diesel_max=as_float(diesel_mw), diesel_min_frac=as_float(diesel_min_frac),
         fuel_idle=as_float(fuel_idle), fuel_slope=as_float(fuel_slope), fuel_price=as_float(fuel_price),
@@ -213,4 +226,6 @@ def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *,
         c_th=as_float(c_th_mwh_per_degc), tau=as_float(tau_hours), temp_init=as_float(temp_init),
         t_limit=as_float(t_limit), set_min=as_float(set_range[0]), set_max=as_float(set_range[1]),
         reward_scale=as_float(reward_scale), time_features=as_float(time_features(max_steps, delta_t_hours)),
+        forecast=as_float(forecast_features(np.stack([it_arrival, pv_mw * pv], axis=-1), profiles, n_days, split,
+                                            forecast_steps, forecast_error, seed)),
     )

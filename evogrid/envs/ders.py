@@ -34,7 +34,7 @@ from evogrid.envs.dist import (
     with_initial_states,
 )
 from evogrid.envs.environment import money_unit, sanitize_action
-from evogrid.envs.profiles import daily_price_profiles, split_days
+from evogrid.envs.profiles import price_days
 from evogrid.envs.spaces import Box
 from evogrid.physics import Battery, as_float, battery_step, make_battery
 
@@ -120,25 +120,25 @@ def make_der_params(case: Case | str = "141", max_steps: int = 48, delta_t_hours
                     battery_buses=(51, 80, 86), battery_mw=0.5, battery_mwh=2.0, eta_charge: float = 0.95,
                     eta_discharge: float = 0.95, soc_min: float = 0.1, soc_max: float = 0.9, soc_init: float = 0.5,
                     taper: float = 0.05, pv_buses=(49, 79, 109, 110), pv_rating_mw=0.5, inverter_oversize: float = 1.1,
-                    flex_buses=(61, 69, 107, 112), shift_max: float = 0.2, n_days: int = 64, seed: int = 0,
-                    split: str = "all",
+                    flex_buses=(61, 69, 107, 112), shift_max: float = 0.2, n_days: int | None = None, seed: int = 0,
+                    split: str = "all", profiles: str = "synthetic",
                     v_min: float = 0.95, v_max: float = 1.05, price_tariff=(40.0, 70.0, 130.0),
                     loss_price: float = 20.0, discomfort_price: float = 30.0, reward_scale: float = 0.01,
-                    sweeps: int = 30) -> DERParams:
+                    sweeps: int = 30, forecast_steps: int = 0, forecast_error: float = 0.02) -> DERParams:
     """Parameters of `DEREnv`. Bus numbers are the case file's. Battery sizes may be scalars or one per
-    battery. Loads, PV and the time-of-use price (`price_tariff` = off-peak, shoulder, peak $/MWh) are
-    seeded synthetic days; start-of-day states are solved once here."""
+    battery. Loads and PV days as in `make_dist_params` (`profiles`: synthetic or real); the
+    time-of-use price (`price_tariff` = off-peak, shoulder, peak $/MWh) is seeded and synthetic for
+    either; forecasts (`forecast_steps`) as in `make_dist_params`; start-of-day states are solved once here."""
     battery, soc0 = make_battery(len(battery_buses), mw=battery_mw, mwh=battery_mwh, eta_charge=eta_charge,
                                  eta_discharge=eta_discharge, soc_min=soc_min, soc_max=soc_max, soc_init=soc_init,
                                  taper=taper)
     case, fields = feeder_fields(case, max_steps, delta_t_hours, pv_buses=pv_buses, pv_rating_mw=pv_rating_mw,
                                  inverter_oversize=inverter_oversize, flex_buses=flex_buses, shift_max=shift_max,
-                                 n_days=n_days, seed=seed, split=split, v_min=v_min, v_max=v_max, loss_price=loss_price,
+                                 n_days=n_days, seed=seed, split=split, profiles=profiles, v_min=v_min, v_max=v_max, loss_price=loss_price,
                                  curtail_price=0.0, discomfort_price=discomfort_price, reward_scale=reward_scale,
-                                 sweeps=sweeps)
+                                 sweeps=sweeps, forecast_steps=forecast_steps, forecast_error=forecast_error)
     params = DERParams(**fields, battery=battery,
                        battery_incidence=as_float(np.eye(case.n_bus)[bus_rows(case, "battery_buses", battery_buses)]),
                        soc_init=soc0,
-                       price=as_float(daily_price_profiles(n_days, max_steps, delta_t_hours, seed, tuple(price_tariff))[
-                           split_days(n_days, split, seed)]))
+                       price=as_float(price_days(profiles, n_days, split, max_steps, delta_t_hours, seed, price_tariff)))
     return with_initial_states(DEREnv(), params)

@@ -24,12 +24,12 @@ from flax import struct
 
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, QD
-from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
+from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action, time_obs, time_obs_size
 from evogrid.envs.profiles import (
+    bus_load_days,
     check_days,
-    daily_load_profiles,
-    daily_pv_profiles,
-    split_days,
+    forecast_features,
+    pv_days,
     time_features,
 )
 from evogrid.envs.spaces import Box
@@ -68,7 +68,6 @@ class DistParams(EnvParams):
     net: RadialNetwork = None
     init: DistState = None           # [n_days] start-of-day states
     init_obs: jnp.ndarray = None     # [n_days, obs_dim]
-    time_features: jnp.ndarray = None  # [max_steps + 1, 3]
     base_mva: float = struct.field(pytree_node=False, default=10.0)
     sweeps: int = struct.field(pytree_node=False, default=30)
 
@@ -143,10 +142,10 @@ class DistGridEnv(Environment):
         """[|V| (n_bus), loads p.u. (n_bus), PV availability (n_pv), sin, cos time of day, progress]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
         return jnp.concatenate([state.vm, params.load_p[state.day, t] / params.base_mva,
-                                params.pv_avail[state.day, t], params.time_features[state.time_step]])
+                                params.pv_avail[state.day, t], time_obs(state, params)])
 
     def observation_space(self, params: DistParams) -> Box:
-        n = 2 * params.load_p.shape[-1] + params.pv_avail.shape[-1] + 3
+        n = 2 * params.load_p.shape[-1] + params.pv_avail.shape[-1] + time_obs_size(params)
         return Box(-jnp.inf, jnp.inf, (n,))
 
     def action_space(self, params: DistParams) -> Box:
@@ -186,14 +185,20 @@ class DistGridEnv(Environment):
 
 def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hours: float = 0.5, *,
                      pv_buses=(18, 22, 25, 33), pv_rating_mw: float = 0.4, inverter_oversize: float = 1.1,
-                     flex_buses=(7, 8, 24, 25, 30, 32), shift_max: float = 0.2, n_days: int = 64, seed: int = 0,
-                     split: str = "all",
+                     flex_buses=(7, 8, 24, 25, 30, 32), shift_max: float = 0.2, n_days: int | None = None, seed: int = 0,
+                     split: str = "all", profiles: str = "synthetic",
                      v_min: float = 0.95, v_max: float = 1.05, loss_price: float = 50.0, curtail_price: float = 40.0,
-                     discomfort_price: float = 20.0, reward_scale: float = 0.1, sweeps: int = 30) -> DistParams:
+                     discomfort_price: float = 20.0, reward_scale: float = 0.1, sweeps: int = 30, forecast_steps: int = 0,
+                     forecast_error: float = 0.02) -> DistParams:
     """Parameters of `DistGridEnv`. Bus numbers are the case file's (1-based for 33bw).
 
-    Loads: seeded days scaled from the case's Pd/Qd (`profiles.daily_load_profiles`); PV: seeded
-    clear-sky days with cloudiness; `split` keeps the train, val or test days of the `n_days`. The start-of-day states are solved once here (cached).
+    Days (`profiles`): "synthetic", `n_days` (default 64) seeded days scaled from the case's Pd/Qd
+    (`profiles.daily_load_profiles`) with clear-sky PV and cloudiness; "real", the 366 days of 2016:
+    a seeded mix of SimBench's LV/MV substation, commerce and industry profiles per bus peaking at
+    1.1 x its Pd (`evogrid.data.bus_loads`), and one of SimBench's PV profiles per unit. `split`
+    keeps the train, val or test days (`profiles.source_days`). The start-of-day states are solved once here (cached).
+    Forecasts: `forecast_steps` > 0 appends to the observation a noisy forecast of the next
+    `forecast_steps` intervals' total load (share of the feeder's total Pd) and mean PV availability (`profiles.forecast_features`: error `forecast_error` x sqrt(lead)).
 
     `sweeps`: the most backward/forward sweeps per step, warm-started from the previous step's
     voltages; they stop once the voltages change by less than the dtype's tolerance (3 to 5
@@ -201,9 +206,10 @@ def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hou
     """
     case, fields = feeder_fields(case, max_steps, delta_t_hours, pv_buses=pv_buses, pv_rating_mw=pv_rating_mw,
                                  inverter_oversize=inverter_oversize, flex_buses=flex_buses, shift_max=shift_max,
-                                 n_days=n_days, seed=seed, split=split, v_min=v_min, v_max=v_max, loss_price=loss_price,
+                                 n_days=n_days, seed=seed, split=split, profiles=profiles, v_min=v_min, v_max=v_max, loss_price=loss_price,
                                  curtail_price=curtail_price, discomfort_price=discomfort_price,
-                                 reward_scale=reward_scale, sweeps=sweeps)
+                                 reward_scale=reward_scale, sweeps=sweeps, forecast_steps=forecast_steps,
+                                 forecast_error=forecast_error)
     return with_initial_states(DistGridEnv(), DistParams(**fields))
 
 
@@ -218,18 +224,17 @@ def bus_rows(case: Case, name: str, buses) -> list[int]:
 
 
 def feeder_fields(case, max_steps, delta_t_hours, *, pv_buses, pv_rating_mw, inverter_oversize, flex_buses,
-                  shift_max, n_days, seed, split, v_min, v_max, loss_price, curtail_price, discomfort_price,
-                  reward_scale, sweeps):
+                  shift_max, n_days, seed, split, profiles, v_min, v_max, loss_price, curtail_price, discomfort_price,
+                  reward_scale, sweeps, forecast_steps=0, forecast_error=0.02):
     """The `DistParams` fields shared by the feeder tasks (DSO and DERs): (case, fields dict)."""
     check_days(max_steps, delta_t_hours, n_days)
     case = load_case(case) if not isinstance(case, Case) else case
     net = make_radial_network(case)  # refuses meshed cases with a clear message
     eye = np.eye(case.n_bus)
     pv_rows, flex_rows = bus_rows(case, "pv_buses", pv_buses), bus_rows(case, "flex_buses", flex_buses)
-    days = split_days(n_days, split, seed)
-    load_p = daily_load_profiles(case.bus[:, PD], n_days, max_steps, delta_t_hours, seed=seed)[days]
+    load_p = bus_load_days(profiles, "feeder", case.bus[:, PD], n_days, split, max_steps, delta_t_hours, seed)
     ratio = np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
-    pv = daily_pv_profiles(len(pv_buses), n_days, max_steps, delta_t_hours, seed=seed)[days]
+    pv = pv_days(profiles, len(pv_buses), n_days, split, max_steps, delta_t_hours, seed)
     pv_rating = np.broadcast_to(np.asarray(pv_rating_mw, float), (len(pv_buses),))
     return case, dict(
         max_steps=max_steps, delta_t_hours=delta_t_hours, base_mva=case.base_mva, sweeps=sweeps,
@@ -241,6 +246,8 @@ def feeder_fields(case, max_steps, delta_t_hours, *, pv_buses, pv_rating_mw, inv
         curtail_price=as_float(curtail_price), discomfort_price=as_float(discomfort_price),
         reward_scale=as_float(reward_scale), net=net,
         time_features=as_float(time_features(max_steps, delta_t_hours)),
+        forecast=as_float(forecast_features(np.stack([load_p.sum(-1) / max(case.bus[:, PD].sum(), 1e-9), pv.mean(-1)], axis=-1),
+                                            profiles, n_days, split, forecast_steps, forecast_error, seed)),
     )
 
 

@@ -22,6 +22,22 @@ class EnvState:
 class EnvParams:
     max_steps: int = struct.field(pytree_node=False, default=48)
     delta_t_hours: float = struct.field(pytree_node=False, default=0.5)
+    # grid tasks: [max_steps + 1, 3] time of day and progress; [n_days, max_steps + 1, F] forecasts (F may be 0)
+    time_features: jnp.ndarray = None
+    forecast: jnp.ndarray = None
+
+
+def time_obs(state, params: EnvParams) -> jnp.ndarray:
+    """The observation's tail on every grid task: time of day and progress (3), then the noisy forecast
+    of the next steps when the task has one (`profiles.forecast_features`; nothing when F = 0)."""
+    parts = [params.time_features[state.time_step]]
+    if params.forecast is not None:
+        parts.append(params.forecast[state.day, state.time_step])
+    return jnp.concatenate(parts)
+
+
+def time_obs_size(params: EnvParams) -> int:
+    return params.time_features.shape[-1] + (0 if params.forecast is None else params.forecast.shape[-1])
 
 
 class Environment:

@@ -22,11 +22,11 @@ from flax import struct
 
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, PMAX
-from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
+from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action, time_obs, time_obs_size
 from evogrid.envs.profiles import (
+    bus_load_days,
     check_days,
-    daily_load_profiles,
-    split_days,
+    forecast_features,
     time_features,
 )
 from evogrid.envs.spaces import Box
@@ -57,7 +57,6 @@ class MarketParams(EnvParams):
     rate: jnp.ndarray = None          # [n_line] MW (inf = unlimited)
     opf: DCOPF = None
     reward_scale: jnp.ndarray = None
-    time_features: jnp.ndarray = None
     clearing: str = struct.field(pytree_node=False, default="dcopf")
     opf_iters: int = struct.field(pytree_node=False, default=20000)
 
@@ -113,10 +112,10 @@ class GenCoMarketEnv(Environment):
     def _obs(self, state: MarketState, params: MarketParams):
         """[load per bus / 100 MW, last prices / 100 $/MWh, sin, cos time of day, progress]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
-        return jnp.concatenate([params.load[state.day, t] / 100.0, state.lmp / 100.0, params.time_features[state.time_step]])
+        return jnp.concatenate([params.load[state.day, t] / 100.0, state.lmp / 100.0, time_obs(state, params)])
 
     def observation_space(self, params: MarketParams) -> Box:
-        return Box(-jnp.inf, jnp.inf, (2 * params.load.shape[-1] + 3,))
+        return Box(-jnp.inf, jnp.inf, (2 * params.load.shape[-1] + time_obs_size(params),))
 
     def action_space(self, params: MarketParams) -> Box:
         return Box(-1.0, 1.0, (params.company.shape[1],))
@@ -171,10 +170,11 @@ class MarketMARLEnv:
 
 def make_market_params(case: Case | str = "5", max_steps: int = 48, delta_t_hours: float = 0.5, *, companies=None,
                        segments: int = 3, markup_max: float = 1.0, clearing: str = "dcopf", voll: float = 1000.0,
-                       n_days: int = 64, seed: int = 0, split: str = "all", load_scale: float = 1.0, opf_iters: int = 20000,
-                       reward_scale: float = 1e-3) -> MarketParams:
+                       n_days: int | None = None, seed: int = 0, split: str = "all", profiles: str = "synthetic", load_scale: float = 1.0, opf_iters: int = 20000,
+                       reward_scale: float = 1e-3, forecast_steps: int = 0, forecast_error: float = 0.02) -> MarketParams:
     """Parameters of `GenCoMarketEnv`. `companies`: tuples of unit indices (0-based, case order), one
-    per company; default one company per unit. `clearing`: "dcopf" or "merit"."""
+    per company; default one company per unit. `clearing`: "dcopf" or "merit". Demand days
+    (`profiles`, `n_days`, `split`) and forecasts of the total demand as in `make_trans_params`, times `load_scale`."""
     check_days(max_steps, delta_t_hours, n_days)
     case = load_case(case) if not isinstance(case, Case) else case
     if clearing not in ("dcopf", "merit"):
@@ -200,8 +200,7 @@ def make_market_params(case: Case | str = "5", max_steps: int = 48, delta_t_hour
     seg_bus = np.concatenate([case.gen_bus[seg_unit], np.arange(case.n_bus)])
     dc = make_dc_network(case)
     rate = np.where(case.rate_a > 0, case.rate_a, np.inf)
-    load = daily_load_profiles(case.bus[:, PD] * load_scale, n_days, max_steps, delta_t_hours, seed=seed)
-    load = load[split_days(n_days, split, seed)]
+    load = bus_load_days(profiles, "transmission", case.bus[:, PD] * load_scale, n_days, split, max_steps, delta_t_hours, seed)
     return MarketParams(
         max_steps=max_steps, delta_t_hours=delta_t_hours, clearing=clearing, opf_iters=opf_iters,
         load=as_float(load), seg_cost=as_float(seg_cost), seg_cap=as_float(width.ravel()),
@@ -209,4 +208,6 @@ def make_market_params(case: Case | str = "5", max_steps: int = 48, delta_t_hour
         markup_max=as_float(markup_max), voll=as_float(voll), ptdf=dc.ptdf, f0=dc.flow0, rate=as_float(rate),
         opf=make_dcopf(np.asarray(dc.ptdf), np.asarray(dc.flow0), rate, seg_bus, base=case.base_mva),
         reward_scale=as_float(reward_scale), time_features=as_float(time_features(max_steps, delta_t_hours)),
+        forecast=as_float(forecast_features(load.sum(-1, keepdims=True) / max(load_scale * case.bus[:, PD].sum(), 1e-9),
+                                            profiles, n_days, split, forecast_steps, forecast_error, seed)),
     )

@@ -1,10 +1,35 @@
-"""Seeded synthetic time series (built once in NumPy at set-up; nothing is downloaded), and the day checks
-every task's `make_*_params` shares."""
+"""The days a task plays: seeded synthetic time series (built once in NumPy at set-up), or the shipped year of
+real profiles (`evogrid.data`), and the day checks every task's `make_*_params` shares."""
 from __future__ import annotations
 
 import numpy as np
 
 SPLITS = ("all", "train", "val", "test")
+PROFILES = ("synthetic", "real")
+SYNTHETIC_DAYS = 64
+
+
+def source_days(profiles: str, n_days, split: str, seed: int = 0) -> tuple[int, np.ndarray]:
+    """(number of source days, indices of the `split`'s days among them) for a task's `profiles`.
+
+    "synthetic": `n_days` generated days (default 64) split by `split_days`; "real": the 366 days of
+    2016 in `evogrid.data`, split by calendar (`evogrid.data.calendar_days`: one test and one
+    validation week per season); `n_days` must then be left unset.
+    """
+    if profiles not in PROFILES:
+        raise ValueError(f"profiles must be one of {', '.join(PROFILES)}, got {profiles!r}")
+    if profiles == "real":
+        from evogrid import data
+
+        if n_days is not None:
+            raise ValueError(f"n_days sets how many synthetic days to generate; profiles='real' plays the "
+                             f"{data.YEAR_DAYS} calendar days of 2016 (leave n_days unset)")
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        return data.YEAR_DAYS, data.calendar_days(split)
+    n_days = SYNTHETIC_DAYS if n_days is None else n_days
+    check_days(1, 1.0, n_days)
+    return n_days, split_days(n_days, split, seed)
 
 
 def split_days(n_days: int, split: str, seed: int = 0) -> np.ndarray:
@@ -27,13 +52,68 @@ def split_days(n_days: int, split: str, seed: int = 0) -> np.ndarray:
     return np.sort(parts[split])
 
 
+def bus_load_days(profiles: str, mix: str, base_mw: np.ndarray, n_days, split: str, max_steps: int,
+                  delta_t_hours: float, seed: int = 0) -> np.ndarray:
+    """Per-bus load [days of the split, max_steps, n_bus] from `profiles` (see `source_days`): synthetic
+    `daily_load_profiles` or the real `evogrid.data.bus_loads` of the `mix` ("transmission"/"feeder")."""
+    n_source, days = source_days(profiles, n_days, split, seed)
+    if profiles == "real":
+        from evogrid import data
+
+        return data.bus_loads(base_mw, mix, days, max_steps, delta_t_hours, seed)
+    return daily_load_profiles(base_mw, n_source, max_steps, delta_t_hours, seed=seed)[days]
+
+
+def pv_days(profiles: str, n_units: int, n_days, split: str, max_steps: int, delta_t_hours: float,
+            seed: int = 0) -> np.ndarray:
+    """PV availability [days of the split, max_steps, n_units], share of rating: synthetic
+    `daily_pv_profiles` or, real, one of SimBench's PV1..PV8 per unit (`evogrid.data.unit_series`)."""
+    n_source, days = source_days(profiles, n_days, split, seed)
+    if profiles == "real":
+        from evogrid import data
+
+        return data.unit_series("pv", n_units, days, max_steps, delta_t_hours, seed)
+    return daily_pv_profiles(n_units, n_source, max_steps, delta_t_hours, seed=seed)[days]
+
+
+def price_days(profiles: str, n_days, split: str, max_steps: int, delta_t_hours: float, seed: int = 0,
+               tariff=(40.0, 70.0, 130.0)) -> np.ndarray:
+    """Time-of-use price [days of the split, max_steps] in $/MWh (`daily_price_profiles`, for either source)."""
+    n_source, days = source_days(profiles, n_days, split, seed)
+    return daily_price_profiles(n_source, max_steps, delta_t_hours, seed, tuple(tariff))[days]
+
+
+def forecast_features(series: np.ndarray, profiles: str, n_days, split: str, steps: int, error: float = 0.02,
+                      seed: int = 0) -> np.ndarray:
+    """Noisy forecasts for the observation: [n_days, T + 1, steps * k] from `series` [n_days, T, k] (the
+    split's days, in the units the task observes them).
+
+    At step t the policy sees, for h = 1..steps, series[t + h] x (1 + error x sqrt(h) x z) with
+    z ~ N(0, 1): the error grows with the lead time like a random walk (`error` = 2% one step ahead by
+    default). z is drawn per source day (seeded by `seed`), so a day's forecasts are the same in every
+    split. Steps past the horizon repeat the last interval. `steps = 0`: no forecast (shape [.., 0]).
+    """
+    if not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ValueError(f"forecast_steps must be an integer >= 0, got {steps!r}")
+    if not np.isfinite(error) or error < 0:
+        raise ValueError(f"forecast_error must be >= 0 (relative error one step ahead), got {error!r}")
+    n, horizon, k = series.shape
+    if steps == 0:
+        return np.zeros((n, horizon + 1, 0))
+    n_source, days = source_days(profiles, n_days, split, seed)
+    z = np.random.default_rng([seed, 4242]).standard_normal((n_source, horizon + 1, steps, k))[days]
+    lead = np.arange(1, steps + 1)
+    target = series[:, np.minimum(np.arange(horizon + 1)[:, None] + lead[None, :], horizon - 1)]  # [n, T + 1, steps, k]
+    return (target * (1.0 + error * np.sqrt(lead)[None, None, :, None] * z)).reshape(n, horizon + 1, steps * k)
+
+
 def check_days(max_steps, delta_t_hours, n_days) -> None:
     """Refuse a horizon, step length or day count that cannot make a task, naming the argument."""
     if not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
         raise ValueError(f"max_steps must be an integer >= 1 (steps per episode), got {max_steps!r}")
     if not isinstance(delta_t_hours, (int, float)) or not np.isfinite(delta_t_hours) or delta_t_hours <= 0:
         raise ValueError(f"delta_t_hours must be a positive number of hours, got {delta_t_hours!r}")
-    if not isinstance(n_days, (int, np.integer)) or n_days < 1:
+    if n_days is not None and (not isinstance(n_days, (int, np.integer)) or n_days < 1):
         raise ValueError(f"n_days must be an integer >= 1 (days of profiles), got {n_days!r}")
 
 

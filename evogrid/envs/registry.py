@@ -1,9 +1,10 @@
 """Named tasks: `make("tso-case14")` -> (env, params).
 
-Names are "<task>-case<name>" with an optional suffix on transmission tasks: "-ac" for the AC
-Newton-Raphson mode, "-n1" for the security task (N-1 screening channel and random line outages,
-TSO_SUFFIXES), e.g. "tso-case5", "tso-case118-ac", "tso-case14-n1". Keyword arguments go to the
-task's `make_*_params` (and override the suffix's).
+Names are "<task>-case<name>" (or "dcmg") with optional suffixes: on transmission tasks "-ac" for the
+AC Newton-Raphson mode, "-n1" for the security task (N-1 screening channel and random line outages,
+TSO_SUFFIXES); on every task "-real" for the shipped year of real profiles with calendar splits
+(`profiles="real"`, see evogrid.data), e.g. "tso-case5", "tso-case118-ac", "tso-case14-n1-real",
+"dcmg-real". Keyword arguments go to the task's `make_*_params` (and override the suffixes').
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from evogrid.case import list_cases
 
 RADIAL_FEEDERS = ("33bw", "141")  # distribution feeders: DSO/DERs tasks, not TSO dispatch
 TSO_SUFFIXES = {"ac": {"ac": True}, "n1": {"n1": True, "outages_per_day": 2.0}}
+SUFFIXES = {"real": {"profiles": "real"}}  # every task: the shipped year of real profiles (evogrid.data)
 _TASKS = {}  # prefix -> (env class, params factory, case names it accepts)
 
 
@@ -26,6 +28,7 @@ def list_tasks() -> list[str]:
             names.append(prefix)
         for c in cases or ():
             names += [f"{prefix}-case{c}"] + ([f"{prefix}-case{c}-{x}" for x in TSO_SUFFIXES] if prefix == "tso" else [])
+    names += [f"{n}-{x}" for n in names for x in SUFFIXES]
     return names
 
 
@@ -39,22 +42,24 @@ def make(name: str, **kwargs):
             raise ValueError(f"gymnax tasks take only max_steps (and split, which they ignore), got {', '.join(unknown)}")
         env = GymnaxEnv(name.split(":", 1)[1])
         return env, env.default_params(kwargs.get("max_steps"))
-    if name.lower() in _TASKS and _TASKS[name.lower()][2] is None:
-        env_cls, make_params, _ = _TASKS[name.lower()]
-        return env_cls(), make_params(**kwargs)
     parts = name.lower().split("-")
-    suffix = parts.pop() if len(parts) == 3 else None
-    if len(parts) == 2 and parts[0] in _TASKS and _TASKS[parts[0]][2] and parts[1].startswith("case"):
-        env_cls, make_params, cases = _TASKS[parts[0]]
-        case = parts[1].removeprefix("case")
-        if case in cases and (suffix is None or (parts[0] == "tso" and suffix in TSO_SUFFIXES)):
-            return env_cls(), make_params(case, **{**TSO_SUFFIXES.get(suffix, {}), **kwargs})
+    prefix, parts = parts[0], parts[1:]
+    if prefix in _TASKS:
+        env_cls, make_params, cases = _TASKS[prefix]
+        case = None
+        if cases is not None and parts and parts[0].startswith("case") and parts[0].removeprefix("case") in cases:
+            case = parts.pop(0).removeprefix("case")
+        known = {**(TSO_SUFFIXES if prefix == "tso" else {}), **SUFFIXES}
+        if (case is None) == (cases is None) and len(set(parts)) == len(parts) and all(p in known for p in parts):
+            options = {k: v for p in parts for k, v in known[p].items()}
+            return env_cls(), make_params(*([] if case is None else [case]), **{**options, **kwargs})
     import difflib
 
     shown = ", ".join(n for n in list_tasks() if n.count("-") == 1 or "-case" not in n)
     close = difflib.get_close_matches(name.lower(), list_tasks(), n=1, cutoff=0.75)
     hint = f"; did you mean {close[0]}?" if close else ""
-    raise ValueError(f"unknown task {name!r}{hint} (known tasks: {shown}; append '-ac' to a tso task for the AC power-flow mode, '-n1' for N-1 security; "
+    raise ValueError(f"unknown task {name!r}{hint} (known tasks: {shown}; append '-ac' to a tso task for the AC power-flow mode, '-n1' for N-1 security, "
+                     "'-real' to any task for real profiles; "
                      "'gymnax:<id>' for a gymnax environment)")
 
 

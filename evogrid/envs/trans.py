@@ -54,10 +54,12 @@ from flax import struct
 
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import GS, PD, PG, PMAX, PMIN, QD, QG, QMAX, QMIN, RAMP_30, VMAX, VMIN
-from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
+from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action, time_obs, time_obs_size
 from evogrid.envs.profiles import (
     check_days,
-    daily_load_profiles,
+    bus_load_days,
+    forecast_features,
+    source_days,
     split_days,
     time_features,
 )
@@ -122,7 +124,6 @@ class TransParams(EnvParams):
     init_obs: jnp.ndarray = None   # [n_days, obs_dim] their observations
     inv_pmax: jnp.ndarray = None   # [n_units] 1 / Pmax (observation scaling)
     inv_rate: jnp.ndarray = None   # [n_branch] 1 / RATE_A, or 1 / baseMVA for unlimited branches
-    time_features: jnp.ndarray = None  # [max_steps + 1, 3] sin, cos of time of day, episode progress
     outage_schedule: jnp.ndarray = None  # [n_days, max_steps, k] int32 branches out of service, -1 = none
     outages: OutageModel | None = None   # LODF model (outage events or N-1 screening only)
     contingencies: jnp.ndarray | None = None  # [c] int32 single outages N-1 screens (None: no n1_thermal)
@@ -202,7 +203,7 @@ class TransGridEnv(Environment):
             params.load_p[state.day, t] * (1.0 / params.base_mva),
             state.pg * params.inv_pmax,
             jnp.abs(state.flow) * params.inv_rate,
-            params.time_features[state.time_step],
+            time_obs(state, params),
         ]
         if params.outage_schedule.shape[-1]:  # what the operator knows: the lines out in the interval just past
             last = jnp.maximum(state.time_step - 1, 0)
@@ -211,7 +212,7 @@ class TransGridEnv(Environment):
         return jnp.concatenate(parts)
 
     def observation_space(self, params: TransParams) -> Box:
-        n = params.load_p.shape[-1] + params.pmax.shape[0] + params.rate.shape[0] + 3
+        n = params.load_p.shape[-1] + params.pmax.shape[0] + params.rate.shape[0] + time_obs_size(params)
         n += params.rate.shape[0] if params.outage_schedule.shape[-1] else 0
         return Box(-jnp.inf, jnp.inf, (n,))
 
@@ -286,17 +287,21 @@ def _solve(pg, load_p, load_q, state, params: TransParams, out):
 
 
 def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: float = 0.5, *, ac: bool = False,
-                      ac_method: str | None = None, ac_iters: int | None = None, enforce_q_limits: bool = False, n_days: int = 64, seed: int = 0,
-                      split: str = "all", reward_scale: float = 1e-3, default_ramp_per_hour: float | None = None,
+                      ac_method: str | None = None, ac_iters: int | None = None, enforce_q_limits: bool = False, n_days: int | None = None, seed: int = 0,
+                      split: str = "all", profiles: str = "synthetic", reward_scale: float = 1e-3, default_ramp_per_hour: float | None = None,
                       ratings: str = "auto", rating_margin: float = RATING_MARGIN, load_p=None, load_q=None,
                       n1: bool = False, n1_rating: float = N1_RATING, n1_contingencies=None, outages_per_day: float = 0.0,
-                      outage_steps: int = 4, max_outages: int = 1, outage_schedule=None) -> TransParams:
+                      outage_steps: int = 4, max_outages: int = 1, outage_schedule=None,
+                      forecast_steps: int = 0, forecast_error: float = 0.02) -> TransParams:
     """Parameters of `TransGridEnv` for a case.
 
-    Loads: `n_days` seeded synthetic days ([n_days, max_steps, n_bus]: weekday and weekend shapes,
-    day levels from 0.85 to 1.10 of the case's Pd, per-bus noise; `profiles.daily_load_profiles`), or
-    pass `load_p` (and `load_q`; without it each bus keeps the case's power factor) yourself.
-    `split` keeps the "train", "val" or "test" days of them (`profiles.split_days`; default all).
+    Loads (`profiles`): "synthetic", `n_days` (default 64) seeded days ([n_days, max_steps, n_bus]:
+    weekday and weekend shapes, day levels from 0.85 to 1.10 of the case's Pd, per-bus noise;
+    `profiles.daily_load_profiles`); "real", the 366 days of 2016 from SimBench's HV/MV substation profiles,
+    a seeded mix per bus peaking at 1.1 x its Pd (`evogrid.data.bus_loads`); or pass `load_p` (and
+    `load_q`; without it each bus keeps the case's power factor) yourself. `split` keeps the "train",
+    "val" or "test" days (`profiles.source_days`: a seeded split of synthetic days, a calendar split
+    of real ones; default all).
     Ramp limits: MATPOWER's RAMP_30 where the case has it (scaled to the step), else
     `default_ramp_per_hour` * Pmax per hour, or by default `merit_ramp_rates` (cheap baseload units
     slow, the others fast: ramps bind around the peaks and foresight pays). Line ratings (`ratings`): "case" uses RATE_A; "derived" uses `derived_ratings`;
@@ -309,6 +314,9 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     `outages_per_day` random outages a day (seeded by `seed`, uniform over non-bridge branches), each
     `outage_steps` steps long, at most `max_outages` at once (later ones are dropped); or pass
     `outage_schedule` [n_days, max_steps, k] of branch indices (-1 = none), drawn before the `split`.
+
+    Forecasts: `forecast_steps` > 0 appends to the observation a noisy forecast of the next
+    `forecast_steps` intervals' total load (share of the case's total Pd) (`profiles.forecast_features`: error `forecast_error` x sqrt(lead)).
 
     `init` caches, per day, the start-of-day state (the economic dispatch of the first interval's
     load and its power flow), so `reset` costs an index instead of a power flow. It is derived from
@@ -326,7 +334,13 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     if ratings not in ("auto", "case", "derived"):
         raise ValueError(f"ratings must be 'auto', 'case' or 'derived', got {ratings!r}")
     if load_p is None:
-        load_p = daily_load_profiles(case.bus[:, PD], n_days, max_steps, delta_t_hours, seed=seed)
+        days = source_days(profiles, n_days, split, seed)[1]   # every day first: outages are drawn before the split
+        load_p = bus_load_days(profiles, "transmission", case.bus[:, PD], n_days, "all", max_steps, delta_t_hours, seed)
+        source = (profiles, n_days)
+    else:
+        load_p = np.asarray(load_p, float)
+        days = split_days(load_p.shape[0], split, seed) if load_p.ndim == 3 else None
+        source = ("synthetic", load_p.shape[0] if load_p.ndim == 3 else 1)
     load_p = np.asarray(load_p, float)
     if load_q is None:  # each bus keeps the case's own power factor (Qd / Pd; 0 where Pd is 0)
         load_q = load_p * np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
@@ -338,8 +352,7 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     model = make_outage_model(case) if security else None
     schedule = _outage_schedule(case, model, outage_schedule, outages_per_day, outage_steps, max_outages,
                                 load_p.shape[0] if load_p.ndim == 3 else 1, max_steps, seed)
-    if load_p.ndim == 3:
-        days = split_days(load_p.shape[0], split, seed)
+    if days is not None:
         load_p, load_q, schedule = load_p[days], load_q[days] if load_q.ndim == 3 else load_q, schedule[days]
     want = (max_steps, case.n_bus)
     if load_p.ndim != 3 or load_p.shape[1:] != want or load_q.shape != load_p.shape:
@@ -384,6 +397,8 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         inv_pmax=as_float(1.0 / np.maximum(gen[:, PMAX], 1e-6)),
         inv_rate=as_float(np.where(np.isfinite(rate), 1.0 / rate, 1.0 / case.base_mva)),
         time_features=as_float(time_features(max_steps, delta_t_hours)),
+        forecast=as_float(forecast_features(load_p.sum(-1, keepdims=True) / max(case.bus[:, PD].sum(), 1e-9), *source,
+                                            split, forecast_steps, forecast_error, seed)),
         outage_schedule=jnp.asarray(schedule, jnp.int32), outages=model,
         contingencies=None if contingencies is None else jnp.asarray(contingencies, jnp.int32),
         n1_rate=None if contingencies is None else as_float(

@@ -1,0 +1,124 @@
+"""The shipped year of real profiles (evogrid.data): extraction, resampling, calendar splits, bus mixes,
+forecasts, and every task family on real days."""
+import importlib.util
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from evogrid import data
+from evogrid.envs import make
+from evogrid.envs.profiles import forecast_features
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_shipped_profiles_match_a_fresh_extraction():
+    pytest.importorskip("simbench")
+    pytest.importorskip("pvlib")
+    spec = importlib.util.spec_from_file_location("extract_profiles", ROOT / "tools" / "extract_profiles.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    fresh = tool.extract()
+    shipped = data._year()
+    assert set(fresh) == set(shipped)
+    for key in fresh:
+        np.testing.assert_array_equal(shipped[key], fresh[key], err_msg=key)
+    assert shipped["load"].shape == (366, 96, 23) and np.all(np.isfinite(shipped["load"].astype(float)))
+    assert data.DATA_FILE.stat().st_size < 4e6
+
+
+def test_resampling_by_hand():
+    quarter = data.load_profiles("load", days=[10], names=["hv_urban"]).values[0, :, 0]  # 96 raw values
+    raw = data._year()["load"][10, :, data.series_names("load").index("hv_urban")].astype(float)
+    np.testing.assert_array_equal(quarter, raw)
+    hourly = data.load_profiles("load", days=[10], delta_t_hours=1.0, names=["hv_urban"]).values[0, :, 0]
+    np.testing.assert_allclose(hourly[[0, 7, 23]], [raw[0:4].mean(), raw[28:32].mean(), raw[92:96].mean()], rtol=1e-12)
+    half = data.load_profiles("load", days=[10], delta_t_hours=0.5, names=["hv_urban"]).values[0, :, 0]
+    np.testing.assert_allclose(half[5], (raw[10] + raw[11]) / 2, rtol=1e-12)
+    five = data.load_profiles("load", days=[10], delta_t_hours=1 / 12, names=["hv_urban"]).values[0, :, 0]
+    np.testing.assert_allclose(five[:6], [raw[0]] * 3 + [raw[1]] * 3, rtol=1e-9)   # each quarter held
+    # an episode past midnight runs into the next day; after 31 December comes 1 January
+    long = data.load_profiles("load", days=[365], delta_t_hours=1.0, n_steps=26, names=["hv_urban"]).values[0, :, 0]
+    jan1 = data._year()["load"][0, :8, data.series_names("load").index("hv_urban")].astype(float)
+    np.testing.assert_allclose(long[24:], [jan1[:4].mean(), jan1[4:8].mean()], rtol=1e-12)
+    # 3-hour steps keep the day's energy
+    three = data.load_profiles("load", days=[10], delta_t_hours=3.0, names=["hv_urban"]).values[0, :, 0]
+    np.testing.assert_allclose(three.sum() * 3.0, raw.sum() * 0.25, rtol=1e-12)
+
+
+def test_calendar_split():
+    parts = {s: data.calendar_days(s) for s in ("train", "val", "test")}
+    assert [len(parts[s]) for s in ("train", "val", "test")] == [310, 28, 28]
+    assert not set(parts["train"]) & set(parts["val"]) and not set(parts["train"]) & set(parts["test"])
+    assert not set(parts["val"]) & set(parts["test"])
+    np.testing.assert_array_equal(np.sort(np.concatenate(list(parts.values()))), np.arange(366))
+    for split in ("val", "test"):
+        dates, weekday, season = data.calendar(parts[split])
+        assert set(season) == {"winter", "spring", "summer", "autumn"}
+        assert np.all(weekday[::7] == 0) and np.all(np.diff(parts[split]).max() > 7)   # whole weeks from Mondays
+    dates, weekday, season = data.calendar([0, 59, 182])
+    assert [str(d) for d in dates] == ["2016-01-01", "2016-02-29", "2016-07-01"]
+    assert list(weekday) == [4, 0, 4] and season == ("winter", "winter", "summer")
+    week = data.load_profiles("pv", days="test")
+    assert week.values.shape == (28, 96, 8) and len(week.season) == 28
+
+
+def test_bus_loads_mix_and_scale():
+    base = np.array([10.0, 0.0, 250.0])
+    year = data.bus_loads(base, "transmission", np.arange(366), 48, 0.5, seed=3)
+    np.testing.assert_allclose(year.max(axis=(0, 1)), 1.1 * base, rtol=1e-12)
+    assert np.all(year[..., 1] == 0) and np.all(year >= 0)
+    np.testing.assert_array_equal(data.bus_loads(base, "transmission", [5, 6], 48, 0.5, seed=3), year[[5, 6]])
+    other = data.bus_loads(base, "transmission", np.arange(366), 48, 0.5, seed=4)
+    assert not np.allclose(other[..., 0], year[..., 0])   # each seed its own mixes
+    winter, summer = year[data.calendar_days("test")[:7]].sum(-1).max(), year[data.calendar_days("test")[14:21]].sum(-1).max()
+    assert winter > summer   # the January test week peaks above the July one (a European load)
+
+
+def test_forecasts():
+    series = np.random.default_rng(0).uniform(0.5, 1.0, size=(64, 6, 2))[:, :, :]
+    exact = forecast_features(series, "synthetic", 64, "all", steps=2, error=0.0)
+    assert exact.shape == (64, 7, 4)
+    np.testing.assert_array_equal(exact[:, 0, :2], series[:, 1])      # step 0 sees intervals 1 and 2
+    np.testing.assert_array_equal(exact[:, 0, 2:], series[:, 2])
+    np.testing.assert_array_equal(exact[:, 5, :2], series[:, 5])      # past the horizon: the last interval
+    noisy = forecast_features(np.ones((64, 48, 1)), "synthetic", 64, "all", steps=16, error=0.05)
+    spread = (noisy - 1.0).reshape(-1, 16).std(axis=0) / 0.05
+    np.testing.assert_allclose(spread, np.sqrt(np.arange(1, 17)), rtol=0.1)   # the error grows like sqrt(lead)
+    # a day's forecast is the same in every split it appears in
+    full = forecast_features(np.ones((64, 48, 1)), "synthetic", 64, "all", steps=3, error=0.05)
+    test = forecast_features(np.ones((16, 48, 1)), "synthetic", 64, "test", steps=3, error=0.05)
+    from evogrid.envs.profiles import split_days
+
+    np.testing.assert_array_equal(full[split_days(64, "test")], test)
+    with pytest.raises(ValueError, match="forecast_steps"):
+        forecast_features(series, "synthetic", 64, "all", steps=-1)
+
+
+@pytest.mark.parametrize("task", ["tso-case14-real", "dso-case33bw-real", "ders-case141-real", "dcmg-real", "gencos-case5-real"])
+def test_real_profiles_in_every_task(task):
+    env, test = make(task, split="test", forecast_steps=3)
+    train = make(task, split="train")[1]
+    assert env.num_days(test) == 28 and env.num_days(train) == 310
+    obs, state = env.reset(jax.random.key(0), test)
+    assert obs.shape == env.observation_space(test).shape
+    assert env.observation_space(test).shape[0] == env.observation_space(train).shape[0] + 3 * (2 if task[:3] in ("dso", "der", "dcm") else 1)
+    out = jax.jit(env.step)(jax.random.key(1), state, np.zeros(env.action_space(test).shape), test)
+    assert np.isfinite(float(out[2])) and np.all(np.isfinite(np.asarray(out[0])))
+
+
+def test_real_profiles_bad_input():
+    with pytest.raises(ValueError, match="leave n_days unset"):
+        make("tso-case14-real", n_days=10)
+    with pytest.raises(ValueError, match="profiles must be one of synthetic, real"):
+        make("tso-case14", profiles="measured")
+    with pytest.raises(ValueError, match="unknown profile kind 'solar'"):
+        data.load_profiles("solar")
+    with pytest.raises(ValueError, match="no series 'H0-A'"):
+        data.load_profiles("load", names=["H0-A"])
+    with pytest.raises(ValueError, match=r"days must be indices of 2016 in \[0, 366\)"):
+        data.load_profiles("load", days=[366])
+    with pytest.raises(ValueError, match="unknown task 'dcmg-reel'"):
+        make("dcmg-reel")
