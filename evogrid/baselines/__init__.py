@@ -31,8 +31,8 @@ BASELINE_VERSION = "3"  # bump when an oracle's formulation changes (invalidates
 
 def supported(task: str) -> bool:
     """The DC transmission tasks (-n1 ones included; the oracle has no AC physics) and DCMG."""
-    task = task.lower()
-    return (task.startswith("tso-") and not task.endswith("-ac")) or task == "dcmg" or task.startswith("gencos-")
+    family, *suffixes = task.lower().split("-")
+    return (family == "tso" and "ac" not in suffixes) or family in ("dcmg", "gencos")
 
 
 def _cache_path(task: str, split: str, params) -> Path:
@@ -61,7 +61,8 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
         path = _cache_path(task, split, params)
         if path.is_file() and not refresh:
             return json.loads(path.read_text())
-        if task.lower().startswith("gencos-"):
+        family = task.lower().split("-")[0]
+        if family == "gencos":
             profit, price, payment = market.competitive_days(env, params)
             report = {"task": task, "split": split, "days": int(len(profit)), "oracle_kind": "competitive",
                       "return_unit": env.units(params)["return"], "oracle": None, "myopic": None,
@@ -71,7 +72,7 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(report, indent=1))
             return report
-        if task.lower() == "dcmg":
+        if family == "dcmg":
             oracle, kind = dcmg.lp_bound(params), "lp_bound"
             m_ret = m_cost = None
         else:
