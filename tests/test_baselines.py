@@ -192,3 +192,47 @@ def test_gencos_competitive_reference_prices_below_any_markup(capsys):
     assert np.all((price > 10.0) & (price < 100.0))
     assert cli.main(["baseline", "--task", "gencos-case5"]) == 0
     assert "competitive mean price" in capsys.readouterr().out
+
+
+def test_dso_feeder_schedule_is_feasible_and_beats_nearby_actions():
+    """dso-case33bw (float64), the test days the LinDistFlow schedule solves: its replay has every channel zero
+    and costs what the report says; after the voltage correction the linear |V|^2 agrees with the sweep to
+    1e-5; it costs less than no control; and no random nearby action of a step (2,000 of them, +-0.05) is
+    feasible and cheaper by more than 0.5% of that step's cost. A day whose evening peak no control can
+    hold in the band (even in the optimistic linear model) is reported infeasible."""
+    from evogrid.baselines import feeder
+
+    with jax.enable_x64(True):
+        env, params = make("dso-case33bw", split="test")
+        days = feeder.feeder_oracle(env, params, days=[0, 2])
+        solved = days[0]
+        assert solved.status == "optimal" and days[1].status == "infeasible"
+        ret, costs = replay(env, params, 0, solved.pg)
+        np.testing.assert_allclose(-ret, solved.cost, rtol=1e-12)
+        assert np.all(costs <= 1e-6) and solved.line_binding
+        none_ret, _ = replay(env, params, 0, np.zeros_like(solved.pg))
+        assert -none_ret > solved.cost * 1.2
+        # the correction converged: linear voltages at the final schedule match the power flow
+        g = lambda x: np.asarray(x, np.float64)  # noqa: E731
+        vm = feeder._voltages_fn(env, params)(0, solved.pg)
+        z = np.asarray(params.net.z)
+        for t in (10, 30, 40):
+            offset = np.zeros(vm.shape[1])
+            for _ in range(feeder.ROUNDS + 2):
+                _, action, u_lin = feeder._step_qp(params, g, 0, t, g(params.net.down), z.real, z.imag, offset)
+                u_pf = feeder._voltages_fn(env, params)(0, np.broadcast_to(action, solved.pg.shape))[t] ** 2
+                offset = offset + u_pf - u_lin
+            np.testing.assert_allclose(u_lin, u_pf, atol=1e-5)
+        # local optimality of step 40 (evening, no PV; voltages at the band's edge)
+        t = 40
+
+        def step_cost(a):
+            state = env.start_state(jnp.int32(0), params).replace(time_step=jnp.int32(t))
+            obs, _, reward, c, _, _ = env.step(jax.random.key(0), state, a, params)
+            return -reward, jnp.sum(c)
+
+        base_cost, _ = step_cost(jnp.asarray(solved.pg[t]))
+        near = jnp.clip(solved.pg[t] + jax.random.uniform(jax.random.key(1), (2000, solved.pg.shape[1]), minval=-0.05, maxval=0.05), -1, 1)
+        cost, viol = jax.jit(jax.vmap(step_cost))(near)
+        better = (np.asarray(viol) <= 1e-9) & (np.asarray(cost) < float(base_cost) * (1 - 5e-3))
+        assert not better.any(), f"{better.sum()} nearby actions are feasible and cheaper"

@@ -11,7 +11,10 @@ Per task family (`evogrid baseline --task NAME` prints the same):
   rules, so a bound and not a schedule; no myopic policy).
 * GenCos (`market.py`): the competitive reference, every company offering at cost: its prices and
   profits per day (a reference for bidding strategies, not an optimum of the flat reward).
-* DSO and DERs have no oracle yet; `baseline` says so by name.
+* DSO (`feeder.py`): each step's LinDistFlow QP (the task has no coupling between steps), its voltages
+  corrected against the sweep power flow, the day replayed through the env (a good feasible schedule,
+  not a proven optimum); the realisable baseline is the feeder with no control (zero action).
+* DERs have no oracle yet; `baseline` says so by name.
 
 Costs are in the task's reward units (minus the return): a policy's gap to the oracle on a day is
 (its cost - the oracle's) / the oracle's. Days on which no schedule meets every limit are reported
@@ -26,13 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-BASELINE_VERSION = "3"  # bump when an oracle's formulation changes (invalidates cached reports)
+BASELINE_VERSION = "4"  # bump when an oracle's formulation changes (invalidates cached reports)
 
 
 def supported(task: str) -> bool:
-    """The DC transmission tasks (-n1 ones included; the oracle has no AC physics) and DCMG."""
+    """The DC transmission tasks (-n1 ones included; the oracle has no AC physics), DSO, DCMG and GenCos."""
     family, *suffixes = task.lower().split("-")
-    return (family == "tso" and "ac" not in suffixes) or family in ("dcmg", "gencos")
+    return (family == "tso" and "ac" not in suffixes) or family in ("dso", "dcmg", "gencos")
 
 
 def _cache_path(task: str, split: str, params) -> Path:
@@ -51,9 +54,9 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
 
     if not supported(task):
         raise ValueError(f"no optimisation baseline for task {task!r} yet; baselines exist for the DC "
-                         "transmission tasks (tso-case5, tso-case14, tso-case118, tso-case14-n1, ...), dcmg "
-                         "and the gencos tasks (competitive reference)")
-    from evogrid.baselines import dcmg, market, tso
+                         "transmission tasks (tso-case5, tso-case14, tso-case118, tso-case14-n1, ...), "
+                         "dso-case33bw, dcmg and the gencos tasks (competitive reference)")
+    from evogrid.baselines import dcmg, feeder, market, tso
     from evogrid.envs import make
 
     with jax.enable_x64(True):
@@ -75,6 +78,12 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
         if family == "dcmg":
             oracle, kind = dcmg.lp_bound(params), "lp_bound"
             m_ret = m_cost = None
+        elif family == "dso":
+            oracle, kind = feeder.feeder_oracle(env, params), "feeder_schedule"
+            zero = np.zeros((params.max_steps, env.action_space(params).shape[0]))
+            none = [tso.replay(env, params, d, zero) for d in range(len(oracle))]
+            m_ret, m_cost = None, None
+            no_control = {"return": [r for r, _ in none], "violation": [float(c.sum()) for _, c in none]}
         else:
             oracle, kind = tso.dc_opf_oracle(params), "schedule"
             m_ret, m_cost = tso.myopic_policy(env, params)
@@ -86,8 +95,13 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
                    "line_binding": [r.line_binding for r in oracle], "ramp_binding": [r.ramp_binding for r in oracle]},
         "myopic": None if m_ret is None else {"return": m_ret.tolist(), "violation": m_cost.sum(1).tolist()},
     }
+    if kind == "feeder_schedule":
+        report["no_control"] = no_control
     report["summary"] = summarise(report, m_ret, None if m_cost is None else m_cost.sum(1))
     report["summary"]["feasible_days"] = len(feasible)
+    if kind == "feeder_schedule":
+        report["summary"].update(no_control_return=float(np.mean(no_control["return"])),
+                                 no_control_feasible_share=float(np.mean(np.asarray(no_control["violation"]) <= 1e-6)))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1))
     return report

@@ -302,7 +302,7 @@ def replay(env, params, day: int, actions):
                               reset=False, inputs=actions)
         return tr.reward.sum(), tr.costs.sum(0)
 
-    ret, costs = run(jnp.asarray(actions, params.pmin.dtype))
+    ret, costs = run(jnp.asarray(actions, jax.dtypes.canonicalize_dtype(jnp.float64)))   # float64 under x64
     return float(ret), np.asarray(costs, np.float64)
 
 
