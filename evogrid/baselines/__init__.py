@@ -11,10 +11,10 @@ Per task family (`evogrid baseline --task NAME` prints the same):
   rules, so a bound and not a schedule; no myopic policy).
 * GenCos (`market.py`): the competitive reference, every company offering at cost: its prices and
   profits per day (a reference for bidding strategies, not an optimum of the flat reward).
-* DSO (`feeder.py`): each step's LinDistFlow QP (the task has no coupling between steps), its voltages
-  corrected against the sweep power flow, the day replayed through the env (a good feasible schedule,
-  not a proven optimum); the realisable baseline is the feeder with no control (zero action).
-* DERs have no oracle yet; `baseline` says so by name.
+* DSO and DERs (`feeder.py`): the day's perfect-foresight LinDistFlow QP (DERs: import at the tariff,
+  batteries coupling the steps), its voltages corrected against the sweep power flow, the day replayed
+  through the env (a good feasible schedule, not a proven optimum); the realisable baseline is the
+  feeder with no control (zero action).
 
 Costs are in the task's reward units (minus the return): a policy's gap to the oracle on a day is
 (its cost - the oracle's) / the oracle's. Days on which no schedule meets every limit are reported
@@ -29,13 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-BASELINE_VERSION = "4"  # bump when an oracle's formulation changes (invalidates cached reports)
+BASELINE_VERSION = "5"  # bump when an oracle's formulation changes (invalidates cached reports)
 
 
 def supported(task: str) -> bool:
-    """The DC transmission tasks (-n1 ones included; the oracle has no AC physics), DSO, DCMG and GenCos."""
+    """Every task family; on transmission the DC tasks only (-n1 ones included; the oracle has no AC physics)."""
     family, *suffixes = task.lower().split("-")
-    return (family == "tso" and "ac" not in suffixes) or family in ("dso", "dcmg", "gencos")
+    return (family == "tso" and "ac" not in suffixes) or family in ("dso", "ders", "dcmg", "gencos")
 
 
 def _cache_path(task: str, split: str, params) -> Path:
@@ -55,7 +55,7 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
     if not supported(task):
         raise ValueError(f"no optimisation baseline for task {task!r} yet; baselines exist for the DC "
                          "transmission tasks (tso-case5, tso-case14, tso-case118, tso-case14-n1, ...), "
-                         "dso-case33bw, dcmg and the gencos tasks (competitive reference)")
+                         "dso-case33bw, ders-case141, dcmg and the gencos tasks (competitive reference)")
     from evogrid.baselines import dcmg, feeder, market, tso
     from evogrid.envs import make
 
@@ -78,10 +78,11 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
         if family == "dcmg":
             oracle, kind = dcmg.lp_bound(params), "lp_bound"
             m_ret = m_cost = None
-        elif family == "dso":
+        elif family in ("dso", "ders"):
             oracle, kind = feeder.feeder_oracle(env, params), "feeder_schedule"
             zero = np.zeros((params.max_steps, env.action_space(params).shape[0]))
-            none = [tso.replay(env, params, d, zero) for d in range(len(oracle))]
+            play = feeder.replay_fn(env, params)
+            none = [play(d, zero)[:2] for d in range(len(oracle))]
             m_ret, m_cost = None, None
             no_control = {"return": [r for r, _ in none], "violation": [float(c.sum()) for _, c in none]}
         else:
@@ -92,7 +93,8 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
         "task": task, "split": split, "days": int(len(oracle)), "oracle_kind": kind,
         "return_unit": env.units(params)["return"],
         "oracle": {"status": [r.status for r in oracle], "cost": [r.cost for r in oracle],
-                   "line_binding": [r.line_binding for r in oracle], "ramp_binding": [r.ramp_binding for r in oracle]},
+                   "binding": {name: [r.binding.get(name, False) for r in oracle]
+                               for name in dict.fromkeys(k for r in oracle for k in r.binding)}},
         "myopic": None if m_ret is None else {"return": m_ret.tolist(), "violation": m_cost.sum(1).tolist()},
     }
     if kind == "feeder_schedule":
@@ -120,13 +122,13 @@ def gap(report: dict, returns) -> tuple[float, int]:
 def summarise(report: dict, returns, violations) -> dict:
     """The figures `evogrid baseline` prints: binding shares, oracle mean return, myopic figures and gap."""
     ok = [i for i, s in enumerate(report["oracle"]["status"]) if s == "optimal"]
-    share = lambda key: float(np.mean([report["oracle"][key][i] for i in ok])) if ok else float("nan")  # noqa: E731
+    share = lambda flags: float(np.mean([flags[i] for i in ok])) if ok else float("nan")  # noqa: E731
     myopic_gap = gap(report, returns)[0] if returns is not None else float("nan")
     none = returns is None
     return {
         "oracle_return": float(-np.mean([report["oracle"]["cost"][i] for i in ok])) if ok else float("nan"),
         "infeasible_days": len(report["oracle"]["status"]) - len(ok),
-        "line_binding_share": share("line_binding"), "ramp_binding_share": share("ramp_binding"),
+        "binding_share": {name: share(flags) for name, flags in report["oracle"]["binding"].items()},
         "myopic_return": float("nan") if none else float(np.mean(returns)),
         "myopic_feasible_share": float("nan") if none else float(np.mean(np.asarray(violations) <= 1e-6)),
         "myopic_gap_pct": myopic_gap,

@@ -30,13 +30,21 @@ from evogrid.baselines.tso import DaySchedule
 
 
 def lp_bound(params, days=None) -> list[DaySchedule]:
-    """The LP lower bound of each day (default: every day of `params`), in reward units (minus the return)."""
-    g = lambda x: np.asarray(x, np.float64)
+    """The LP lower bound of each day (default: every day of `params`), in reward units (minus the return).
+    `binding` of a solved day: "battery" (its state of charge at a bound, or its power at its rating, at
+    some step) and "grid cap" (import at the cap at some step), within 1e-6."""
+    g = lambda x: np.asarray(x, np.float64)  # noqa: E731
     n_days = g(params.it_arrival).shape[0]
     out = []
     for d in range(n_days) if days is None else days:
-        sol = solve_qp(*_day_lp(params, int(d), g))
-        out.append(DaySchedule(int(d), sol.status, float(sol.objective) if sol.ok else None))
+        c, A, r_lo, r_up, lo, up, part = _day_lp(params, int(d), g)
+        sol = solve_qp(c, A, r_lo, r_up, lo, up)
+        if not sol.ok:
+            out.append(DaySchedule(int(d), sol.status, None))
+            continue
+        at = lambda name, bound: bool(np.any(np.abs(sol.x[part(name)] - bound[part(name)]) <= 1e-6))  # noqa: E731
+        battery = at("soc", lo) or at("soc", up) or at("ch", up) or at("dis", up)
+        out.append(DaySchedule(int(d), "optimal", float(sol.objective), binding={"battery": battery, "grid cap": at("grid", up)}))
     return out
 
 
@@ -104,4 +112,5 @@ def _day_lp(params, d: int, g):
     c[idx("grid", 0):idx("grid", T)] = dt * (price + f["carbon_price"] * f["grid_co2"])
     c[idx("d", 0):idx("d", T)] = dt * f["fuel_slope"] * fuel_cost
     c[idx("u", 0):idx("u", T)] = dt * f["fuel_idle"] * f["diesel_max"] * fuel_cost
-    return c * f["reward_scale"], A, np.array(r_lo), np.array(r_up), lo, up
+    part = lambda name: slice(idx(name, 0), idx(name, T))  # noqa: E731
+    return c * f["reward_scale"], A, np.array(r_lo), np.array(r_up), lo, up, part

@@ -1,24 +1,29 @@
-"""DSO feeder: a LinDistFlow schedule of every step, corrected against the real power flow and replayed.
+"""Feeders (DSO, DERs): a perfect-foresight LinDistFlow schedule of the day, corrected against the real power
+flow and replayed through the env.
 
-The DSO task has no coupling between steps (a flexible load's shift is paid for, not paid back; PV and
-loads are given), so a perfect-foresight day schedule is the best action of each step on its own. Each
-step is a QP over (per unit of base MVA unless said)
+The day is one QP over every step t (per unit of base MVA unless said):
 
     s+, s- in [0, shift_max]   the flexible loads' up/down shift (share of the bus load; P and Q scale)
     c in [0, avail] MW          PV curtailment;  q in [-Qcap, Qcap] MVAr PV reactive power, with
                                 Qcap = sqrt(S^2 - avail^2) (the smallest headroom: whatever is curtailed)
+    ch, dis in [0, p_max] MW    battery charge / discharge (DERs), soc[t+1] = soc[t] + dt (eta_c ch -
+                                dis / eta_d) / capacity within [soc_min + taper, soc_max - taper] (where
+                                the env never derates the battery), soc[T] >= soc[0] (no end-of-day shortfall)
     P_k, Q_k                    branch flows = the downstream net loads (LinDistFlow: losses left out)
     u_j = u_0 - 2 sum_{k on the path to j} (r_k P_k + x_k Q_k) + e_j  in [v_min^2, v_max^2]
 
-    min  dt (loss_price base sum_k r_k (P_k^2 + Q_k^2) + curtail_price c + discomfort_price |shift| MW)
+    min  sum_t dt (price_t import_t + loss_price losses_t + curtail_price c_t + discomfort_price |shift_t| MW)
+         import = net load + losses,  losses = base sum_k r_k (P_k^2 + Q_k^2)
 
-solved by Clarabel. LinDistFlow leaves losses out of the voltage drop, so its voltages are optimistic;
-e_j corrects them: after each solve the actions are played through the env's power flow (backward /
-forward sweep) and e_j becomes the difference between the real and the linear |V|^2 at that schedule
-(three rounds). The day's actions are then replayed through the env: the reported cost is the env's
-own, and a day counts as solved only if that replay has every cost channel zero. It is a good feasible
-schedule, not a proven optimum (losses are quadratic in the linear flows, the PV headroom is the
-conservative one), so a learned policy may beat it by a little: gaps can be slightly negative.
+solved by Clarabel (DSO: price 0 and no batteries, so the day separates into its steps; DERs: the
+substation import is bought at the time-of-use price and the batteries couple the steps). LinDistFlow
+leaves losses out of the voltage drop, so its voltages are optimistic; e_j corrects them: after each
+solve the day is played through the env (backward / forward sweep) and e_j becomes the difference
+between the real and the linear |V|^2 at that schedule (three rounds). The day's actions are then
+replayed: the reported cost is the env's own, and a day counts as solved only if that replay has every
+cost channel zero. It is a good feasible schedule, not a proven optimum (losses are quadratic in the
+linear flows, the PV headroom and battery band are conservative), so a learned policy may beat it by a
+little: gaps can be slightly negative.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from evogrid.baselines.solvers import solve_qp
-from evogrid.baselines.tso import DaySchedule, replay
+from evogrid.baselines.tso import DaySchedule
 
 ROUNDS = 3            # voltage-correction rounds
 V_MARGIN = 1e-4       # p.u. kept inside the voltage band, so round-off in float32 replays stays feasible
@@ -36,102 +41,163 @@ V_MARGIN = 1e-4       # p.u. kept inside the voltage band, so round-off in float
 
 def feeder_oracle(env, params, days=None) -> list[DaySchedule]:
     """The corrected LinDistFlow schedule of each day (default: every day), replayed through `env`.
-    `DaySchedule.pg` holds the day's actions [T, n_act]; `line_binding` says some bus voltage sits at its
-    limit (within 1e-3 p.u.) at some step of the replay. Status "infeasible": some step has no schedule
-    even in the (optimistic) linear model; "violates": the replay still breaks a limit."""
-    g = lambda x: np.asarray(x, np.float64)  # noqa: E731
-    net = params.net
-    down, z = g(net.down), np.asarray(net.z, np.complex128)
-    r, x = z.real, z.imag
-    voltages = _voltages_fn(env, params)
+    `DaySchedule.pg` holds the day's actions [T, n_act]; `binding["voltage"]` says some bus voltage sits at
+    its limit (within 1e-3 p.u.) at some step of the replay, `binding["battery"]` (DERs) that some battery
+    reaches its power rating or its state-of-charge band. Status "infeasible": no schedule even in the
+    (optimistic) linear model; "violates": the replay still breaks a limit."""
+    play = replay_fn(env, params)
     out = []
-    for d in range(g(params.load_p).shape[0]) if days is None else days:
+    for d in range(np.asarray(params.load_p).shape[0]) if days is None else days:
         d = int(d)
-        T = params.max_steps
-        offset = np.zeros((T, down.shape[1]))
-        status, actions = "optimal", None
+        offset = np.zeros(np.asarray(params.load_p).shape[1:])
         for _ in range(ROUNDS + 1):
-            sols = [_step_qp(params, g, d, t, down, r, x, offset[t]) for t in range(T)]
-            if not all(s[0].ok for s in sols):
-                status = next(s[0].status for s in sols if not s[0].ok)
+            sol, actions, u_lin, battery = _day_qp(params, d, offset)
+            if not sol.ok:
                 break
-            actions = np.stack([s[1] for s in sols])
-            u_lin = np.stack([s[2] for s in sols])
-            vm = voltages(d, actions)
-            offset = offset + vm**2 - u_lin          # the linear model's error at this schedule
-        if status != "optimal":
-            out.append(DaySchedule(d, status, None))
+            offset = offset + play(d, actions)[2] ** 2 - u_lin      # the linear model's error at this schedule
+        if not sol.ok:
+            out.append(DaySchedule(d, sol.status, None))
             continue
-        ret, costs = replay(env, params, d, actions)
-        vm = voltages(d, actions)
+        ret, costs, vm = play(d, actions)
         if np.any(costs > 1e-6):
             out.append(DaySchedule(d, "violates", None, actions))
             continue
-        root = np.arange(vm.shape[1]) != net.root
-        v_lo, v_hi = g(params.v_min), g(params.v_max)
-        binding = bool(np.any((vm[:, root] <= v_lo + 1e-3) | (vm[:, root] >= v_hi - 1e-3)))
-        out.append(DaySchedule(d, "optimal", -ret, actions, line_binding=binding))
+        root = np.arange(vm.shape[1]) != params.net.root
+        v_lo, v_hi = np.asarray(params.v_min, np.float64), np.asarray(params.v_max, np.float64)
+        binding = {"voltage": bool(np.any((vm[:, root] <= v_lo + 1e-3) | (vm[:, root] >= v_hi - 1e-3)))}
+        if battery is not None:
+            binding["battery"] = battery
+        out.append(DaySchedule(d, "optimal", -ret, actions, binding))
     return out
 
 
-def _voltages_fn(env, params):
-    """(day, actions [T, n_act]) -> |V| [T, n_bus] of each step's power flow with those actions."""
+def replay_fn(env, params):
+    """(day, actions [T, n_act]) -> (return, summed costs [C], |V| [T, n_bus] after each step), float64 out."""
     @jax.jit
     def run(day, actions):
-        def one(t, a):
-            state = env.start_state(day, params).replace(time_step=t)
-            return env._solve_feeder(state, a, params)[0]["vm"]
-        return jax.vmap(one)(jnp.arange(actions.shape[0], dtype=jnp.int32), actions)
+        _, state = env.reset_to_day(day, params)
 
-    return lambda d, a: np.asarray(run(jnp.int32(d), jnp.asarray(a, params.load_p.dtype)), np.float64)
+        def step(state, a):
+            _, state, reward, costs, _, _ = env.step_no_reset(jax.random.key(0), state, a, params)
+            return state, (reward, costs, state.vm)
+
+        _, (reward, costs, vm) = jax.lax.scan(step, state, actions)
+        return reward.sum(), costs.sum(0), vm
+
+    def play(d, actions):
+        ret, costs, vm = run(jnp.int32(d), jnp.asarray(actions, params.load_p.dtype))
+        return float(ret), np.asarray(costs, np.float64), np.asarray(vm, np.float64)
+
+    return play
 
 
-def _step_qp(params, g, d, t, down, r, x, offset):
-    """One step's QP: (solution, env action, LinDistFlow |V|^2 [n_bus] at the solution)."""
-    base, dt = float(params.base_mva), float(params.delta_t_hours)
-    load_p, load_q = g(params.load_p)[d, t], g(params.load_q)[d, t]
+def _day_qp(params, d, offset):
+    """The day's QP: (solution, env actions [T, n_act], LinDistFlow |V|^2 [T, n_bus], battery binding or None)."""
+    g = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    T, base, dt = params.max_steps, float(params.base_mva), float(params.delta_t_hours)
+    down, z = g(params.net.down), np.asarray(params.net.z, np.complex128)
+    r, x = z.real, z.imag
+    load_p, load_q = g(params.load_p)[d], g(params.load_q)[d]                       # [T, n_bus]
     flex, pv_inc = g(params.flex_incidence), g(params.pv_incidence)
-    n_bus, n_br, n_flex, n_pv = load_p.shape[0], down.shape[0], flex.shape[0], pv_inc.shape[0]
-    avail = g(params.pv_avail)[d, t] * g(params.pv_rating)
+    bat_inc = g(params.battery_incidence) if hasattr(params, "battery_incidence") else np.zeros((0, load_p.shape[1]))
+    price = g(params.price)[d] if hasattr(params, "price") else np.zeros(T)
+    n_bus, n_br, n_flex, n_pv, n_bat = load_p.shape[1], down.shape[0], flex.shape[0], pv_inc.shape[0], bat_inc.shape[0]
+    avail = g(params.pv_avail)[d] * g(params.pv_rating)                              # [T, n_pv] MW
     s_max, inv_s = float(params.shift_max), g(params.inverter_s)
     q_cap = np.sqrt(np.maximum(inv_s**2 - avail**2, 0.0))
-    # variables: s+ | s- | c | q | P | Q
-    n = 2 * n_flex + 2 * n_pv + 2 * n_br
-    sp_, sm, c, q, P, Q = np.split(np.arange(n), np.cumsum([n_flex, n_flex, n_pv, n_pv, n_br]))
-    col_lo = np.concatenate([np.zeros(2 * n_flex + n_pv), -q_cap, np.full(2 * n_br, -np.inf)])
-    col_up = np.concatenate([np.full(2 * n_flex, s_max), avail, q_cap, np.full(2 * n_br, np.inf)])
-    flex_p, flex_q = flex * load_p[None, :], flex * load_q[None, :]     # [n_flex, n_bus] MW moved per unit shift
-    # P - down (flex_p' (s+ - s-) + pv' c) / base = down (load_p - pv' avail) / base;  Q likewise with -pv' q
-    A_p = np.hstack([-down @ flex_p.T, down @ flex_p.T, -down @ pv_inc.T, np.zeros((n_br, n_pv)), np.eye(n_br), np.zeros((n_br, n_br))])
-    A_q = np.hstack([-down @ flex_q.T, down @ flex_q.T, np.zeros((n_br, n_pv)), down @ pv_inc.T, np.zeros((n_br, n_br)), np.eye(n_br)])
-    b_p = down @ (load_p - pv_inc.T @ avail) / base
-    b_q = down @ load_q / base
-    A_p[:, :2 * n_flex + 2 * n_pv] /= base
-    A_q[:, :2 * n_flex + 2 * n_pv] /= base
-    # u = u0 - 2 down' (r P + x Q) + offset, inside the band (non-root buses)
+    # per step: s+ | s- | c | q | ch | dis | soc (after the step) | P | Q
+    sizes = [n_flex, n_flex, n_pv, n_pv, n_bat, n_bat, n_bat, n_br, n_br]
+    m = sum(sizes)
+    cut = np.cumsum([0] + sizes)
+    part = {k: np.arange(cut[i], cut[i + 1]) for i, k in enumerate(["sp", "sm", "c", "q", "ch", "dis", "soc", "P", "Q"])}
+    at = lambda k, t: t * m + part[k]  # noqa: E731
+    n = T * m
+    col_lo, col_up = np.full(n, -np.inf), np.full(n, np.inf)
+    cost, hess = np.zeros(n), np.zeros(n)
+    rows, r_lo, r_up = [], [], []
     u0 = abs(complex(np.asarray(params.net.v_root))) ** 2
     keep = np.arange(n_bus) != params.net.root
-    A_v = np.zeros((n_bus, n)); A_v[:, P] = -2.0 * down.T * r[None, :]; A_v[:, Q] = -2.0 * down.T * x[None, :]  # noqa: E702
-    v_lo = (g(params.v_min) + V_MARGIN) ** 2 - u0 - offset
-    v_hi = (g(params.v_max) - V_MARGIN) ** 2 - u0 - offset
-    v_lo, v_hi = np.broadcast_to(v_lo, (n_bus,))[keep], np.broadcast_to(v_hi, (n_bus,))[keep]
-    A = sp.csc_matrix(np.vstack([A_p, A_q, A_v[keep]]))
-    row_lo = np.concatenate([b_p, b_q, v_lo])
-    row_up = np.concatenate([b_p, b_q, v_hi])
-    cost = np.zeros(n)
-    cost[sp_] = cost[sm] = float(params.discomfort_price) * dt * (flex @ load_p)
-    cost[c] = float(params.curtail_price) * dt
-    hess = np.zeros(n)
-    hess[P] = hess[Q] = 2.0 * float(params.loss_price) * dt * base * r
+    v_band = [np.broadcast_to((g(params.v_min) + V_MARGIN) ** 2 - u0, (n_bus,)),
+              np.broadcast_to((g(params.v_max) - V_MARGIN) ** 2 - u0, (n_bus,))]
+    A_v = np.zeros((n_bus, m))
+    A_v[:, part["P"]], A_v[:, part["Q"]] = -2.0 * down.T * r[None, :], -2.0 * down.T * x[None, :]
+    if n_bat:
+        bat = params.battery
+        cap, p_max = g(bat.capacity_mwh), g(bat.p_max_mw)
+        eta_c, eta_d, taper = g(bat.eta_charge), g(bat.eta_discharge), g(bat.taper)
+        soc0 = g(params.soc_init)
+        soc_lo, soc_hi = np.broadcast_to(g(bat.soc_min) + taper, (n_bat,)), np.broadcast_to(g(bat.soc_max) - taper, (n_bat,))
+    loss_w = float(params.loss_price) * dt * base
+    for t in range(T):
+        lo_t, up_t = np.zeros(m), np.zeros(m)
+        up_t[part["sp"]] = up_t[part["sm"]] = s_max
+        up_t[part["c"]] = avail[t]
+        lo_t[part["q"]], up_t[part["q"]] = -q_cap[t], q_cap[t]
+        lo_t[part["P"]] = lo_t[part["Q"]] = -np.inf
+        up_t[part["P"]] = up_t[part["Q"]] = np.inf
+        if n_bat:
+            up_t[part["ch"]] = up_t[part["dis"]] = p_max
+            lo_t[part["soc"]], up_t[part["soc"]] = soc_lo, soc_hi
+        col_lo[t * m:(t + 1) * m], col_up[t * m:(t + 1) * m] = lo_t, up_t
+        flex_p, flex_q = flex * load_p[t][None, :], flex * load_q[t][None, :]      # [n_flex, n_bus] MW per unit shift
+        # net load (MW) per bus, linear part: dp = flex_p' (s+ - s-) + pv' c + bat' (ch - dis)
+        dp = np.zeros((n_bus, m))
+        dp[:, part["sp"]], dp[:, part["sm"]], dp[:, part["c"]] = flex_p.T, -flex_p.T, pv_inc.T
+        dp[:, part["ch"]], dp[:, part["dis"]] = bat_inc.T, -bat_inc.T
+        dq = np.zeros((n_bus, m))
+        dq[:, part["sp"]], dq[:, part["sm"]], dq[:, part["q"]] = flex_q.T, -flex_q.T, -pv_inc.T
+        p0, q0 = load_p[t] - pv_inc.T @ avail[t], load_q[t]
+        for flows, dnet, net0 in ((part["P"], dp, p0), (part["Q"], dq, q0)):   # flow - down dnet / base = down net0 / base
+            block = -down @ dnet / base
+            block[:, flows] += np.eye(n_br)
+            rows.append((t, block))
+            r_lo.append(down @ net0 / base), r_up.append(down @ net0 / base)
+        rows.append((t, A_v[keep]))
+        r_lo.append(v_band[0][keep] - offset[t][keep]), r_up.append(v_band[1][keep] - offset[t][keep])
+        # cost: import at the price (net load + losses), losses, curtailment, discomfort
+        w = np.zeros(m)
+        w += price[t] * dt * dp.sum(0)
+        w[part["sp"]] += float(params.discomfort_price) * dt * flex_p.sum(1)
+        w[part["sm"]] += float(params.discomfort_price) * dt * flex_p.sum(1)
+        w[part["c"]] += float(params.curtail_price) * dt
+        cost[t * m:(t + 1) * m] = w
+        h = np.zeros(m)
+        h[part["P"]] = h[part["Q"]] = 2.0 * (loss_w + price[t] * dt * base) * r
+        hess[t * m:(t + 1) * m] = h
+    blocks = [sp.block_diag([sp.vstack([sp.csr_matrix(b) for s, b in rows if s == t]) for t in range(T)], format="csr")]
+    if n_bat:   # soc[t] - soc[t-1] - dt (eta_c ch - dis / eta_d) / cap = 0 (soc[-1] = soc0); soc[T-1] >= soc0
+        link = sp.lil_matrix((T * n_bat + n_bat, n))
+        for t in range(T):
+            for j in range(n_bat):
+                i = t * n_bat + j
+                link[i, at("soc", t)[j]] = 1.0
+                if t:
+                    link[i, at("soc", t - 1)[j]] = -1.0
+                link[i, at("ch", t)[j]] = -dt * eta_c[j] / cap[j]
+                link[i, at("dis", t)[j]] = dt / (eta_d[j] * cap[j])
+        for j in range(n_bat):
+            link[T * n_bat + j, at("soc", T - 1)[j]] = 1.0
+        blocks.append(link.tocsr())
+        r_lo += [np.concatenate([soc0, np.zeros((T - 1) * n_bat)]), soc0]
+        r_up += [np.concatenate([soc0, np.zeros((T - 1) * n_bat)]), np.full(n_bat, np.inf)]
+    A = sp.vstack(blocks).tocsc()
     scale = float(params.reward_scale)
-    sol = solve_qp(cost * scale, A, row_lo, row_up, col_lo, col_up, hess * scale)
+    const = sum(price[t] * dt * (load_p[t] - pv_inc.T @ avail[t]).sum() for t in range(T))
+    sol = solve_qp(cost * scale, A, np.concatenate(r_lo), np.concatenate(r_up), col_lo, col_up, hess * scale, const * scale)
     if not sol.ok:
-        return sol, None, None
-    xs = sol.x
-    shift = (xs[sp_] - xs[sm]) / s_max if s_max > 0 else np.zeros(n_flex)
-    curt = np.divide(xs[c], avail, out=np.zeros(n_pv), where=avail > 1e-12)
-    headroom = np.sqrt(np.maximum(inv_s**2 - (avail - xs[c]) ** 2, 0.0))
-    aq = np.divide(xs[q], headroom, out=np.zeros(n_pv), where=headroom > 1e-12)
-    action = np.clip(np.concatenate([shift, curt, aq]), -1.0, 1.0)
-    u_lin = u0 + A_v @ xs + offset
-    return sol, action, u_lin
+        return sol, None, None, None
+    xs = sol.x.reshape(T, m)
+    shift = (xs[:, part["sp"]] - xs[:, part["sm"]]) / s_max if s_max > 0 else np.zeros((T, n_flex))
+    c = xs[:, part["c"]]
+    curt = np.divide(c, avail, out=np.zeros_like(c), where=avail > 1e-12)
+    headroom = np.sqrt(np.maximum(inv_s**2 - (avail - c) ** 2, 0.0))
+    aq = np.divide(xs[:, part["q"]], headroom, out=np.zeros_like(c), where=headroom > 1e-12)
+    acts = [shift, curt, aq]
+    battery = None
+    if n_bat:
+        p_bat = xs[:, part["dis"]] - xs[:, part["ch"]]
+        acts.append(p_bat / p_max)
+        soc = xs[:, part["soc"]]
+        battery = bool(np.any(np.abs(p_bat) >= p_max - 1e-6) or np.any(soc <= soc_lo + 1e-6) or np.any(soc >= soc_hi - 1e-6))
+    u_lin = u0 + xs @ A_v.T + offset
+    return sol, np.clip(np.concatenate(acts, axis=1), -1.0, 1.0), u_lin, battery

@@ -20,7 +20,7 @@ its replay through the env reports the violation in the cost channels.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
@@ -40,8 +40,7 @@ class DaySchedule:
     status: str                        # "optimal" or "infeasible" (no dispatch meets every limit)
     cost: float | None                 # objective in reward units (minus the return), None when infeasible
     pg: np.ndarray | None = None       # [T, n_units] MW
-    line_binding: bool = False         # some line at its rating at some step
-    ramp_binding: bool = False         # some unit at its ramp limit at some step
+    binding: dict = field(default_factory=dict)   # limit name -> whether it binds at some step ("line", "ramp", ...)
     n1_rows: int = 0                   # N-1 rows constraint generation added
 
 
@@ -280,7 +279,7 @@ def dc_opf_oracle(params, days=None, max_rounds: int = 50) -> list[DaySchedule]:
         T = prob.load.shape[1]
         pg = sol.x[:T * prob.n_units].reshape(T, prob.n_units)
         line, ramp = prob.binding(pg, prob.load[d], prob.start[d], grids)
-        out.append(DaySchedule(int(d), "optimal", float(sol.objective), pg, line, ramp, n1_rows))
+        out.append(DaySchedule(int(d), "optimal", float(sol.objective), pg, {"line": line, "ramp": ramp}, n1_rows))
     return out
 
 
