@@ -258,3 +258,26 @@ def test_ders_schedule_uses_the_batteries_and_replays_feasible():
         idle = day.pg.copy()
         idle[:, -n_bat:] = 0.0
         assert -play(0, idle)[0] > day.cost and -play(0, np.zeros_like(day.pg))[0] > day.cost
+
+
+def test_ac_opf_reference_costs_its_dispatch_and_replays_close():
+    """tso-case14-ac, one 4-step test day (float64): the reference's cost is the case's cost curves at its
+    dispatch (reward units), every unit within Pmin/Pmax; replayed through the env (set-point voltages, the
+    slack balancing the env's own losses) the day costs within 1% of it; halving the ratings cannot make
+    the per-step optimum cheaper."""
+    pytest.importorskip("pypower")
+    from evogrid.baselines import ac
+    from evogrid.physics import generation_cost, make_gen_cost
+
+    with jax.enable_x64(True):
+        case = load_case("14")
+        env, params = make("tso-case14-ac", max_steps=4, n_days=4, split="test")
+        day = ac.ac_opf_reference(env, params, case)[0]
+        assert day.status == "optimal" and day.pg.shape == (4, case.n_units)
+        curve = np.asarray(jax.vmap(lambda p: generation_cost(make_gen_cost(case), p))(jnp.asarray(day.pg)))
+        np.testing.assert_allclose(day.cost, curve.sum() * params.delta_t_hours * float(params.reward_scale), rtol=1e-9)
+        assert np.all(day.pg >= np.asarray(params.pmin) - 1e-6) and np.all(day.pg <= np.asarray(params.pmax) + 1e-6)
+        ret, _ = ac.replay_reference(env, params, [day])
+        assert abs(-ret[0] - day.cost) / day.cost < 0.01
+        tighter = ac.ac_opf_reference(env, params.replace(rate=params.rate * 0.5), case)[0]
+        assert tighter.status == "infeasible" or tighter.cost >= day.cost - 1e-9
