@@ -89,8 +89,8 @@ def test_an_infeasible_day_is_reported_as_infeasible_not_as_a_number():
         params = make_trans_params(case, max_steps=4, n_days=1, load_p=load)
         day = dc_opf_oracle(params)[0]
     assert day.status == "infeasible" and day.cost is None and day.pg is None
-    with pytest.raises(ValueError, match="no optimisation baseline for task 'tso-case14-ac' yet"):
-        baselines.baseline("tso-case14-ac")
+    with pytest.raises(ValueError, match="no optimisation baseline for task 'gymnax:CartPole-v1'"):
+        baselines.baseline("gymnax:CartPole-v1")
 
 
 def test_days_split_into_disjoint_seeded_sets():
@@ -126,8 +126,8 @@ def test_baseline_command_prints_and_writes_json(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert code == 0 and "days with a binding line limit" in out and "myopic gap to the oracle" in out
     assert (tmp_path / "b.json").is_file() and list((tmp_path / "cache" / "evogrid" / "baselines").glob("tso-case5-test-*.json"))
-    assert cli.main(["baseline", "--task", "tso-case5-ac"]) == 2
-    assert "no optimisation baseline for task 'tso-case5-ac'" in capsys.readouterr().err
+    assert cli.main(["baseline", "--task", "gymnax:CartPole-v1"]) == 2
+    assert "no optimisation baseline for task 'gymnax:CartPole-v1'" in capsys.readouterr().err
 
 
 def test_myopic_policy_is_feasible_where_one_step_suffices():

@@ -6,8 +6,9 @@ import pytest
 from conftest import ppc_of, pypower_opts
 
 from evogrid.case import load_case
-from evogrid.case.matpower import PD, PG, QD, VA, VM
+from evogrid.case.matpower import PD, PG, QD, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
+from evogrid.envs.trans import setpoints_in_band
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
 CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
@@ -199,7 +200,7 @@ def test_ac_mode_matches_pypower_for_the_env_dispatch(method, iters):
         params = make_trans_params(case, max_steps=4, n_days=2, ac=True, ac_method=method, ac_iters=iters)
         _, (_, new, _, costs, _, info) = _one_step(params, jnp.array([0.0, 0.5, -0.5, 0.2, 0.9]), day=1)
         assert float(info["converged"]) == 1.0 and float(costs[-1]) == 0.0
-        ppc = ppc_of(case)
+        ppc = ppc_of(setpoints_in_band(case))   # the env's set-points (1.07, 1.09 p.u. clipped to VMAX 1.06)
         ppc["bus"][:, PD] = np.asarray(params.load_p[1, 0])
         ppc["bus"][:, QD] = np.asarray(params.load_q[1, 0])
         ppc["gen"][:, PG] = np.asarray(new.pg)
@@ -233,6 +234,7 @@ def test_ac_env_with_q_limits_matches_pandapower():
     net.load.p_mw, net.load.q_mvar = load_p[0, 0][net.load.bus.values], load_q[0, 0][net.load.bus.values]
     unit_of_bus = {int(b): i for i, b in enumerate(case.gen_bus)}
     net.gen.p_mw = np.asarray(new.pg)[[unit_of_bus[int(b)] for b in net.gen.bus.values]]
+    net.gen.vm_pu = setpoints_in_band(case).gen[[unit_of_bus[int(b)] for b in net.gen.bus.values], VG]
     pp.runpp(net, tolerance_mva=1e-9, init="flat", numba=False, enforce_q_lims=True)
     np.testing.assert_allclose(np.asarray(new.vm), net.res_bus.vm_pu.values, atol=1e-6)
     np.testing.assert_allclose(np.rad2deg(np.asarray(new.va)), net.res_bus.va_degree.values, atol=1e-5)
@@ -255,7 +257,7 @@ def test_ac_env_converges_wherever_pypower_does_on_random_actions(name):
         actions = jax.random.uniform(jax.random.key(int(name)), (12, case.n_units), minval=-1, maxval=1)
         for t in range(12):
             _, state, _, costs, _, info = step(jax.random.key(t), state, actions[t], params)
-            ppc = ppc_of(case)
+            ppc = ppc_of(setpoints_in_band(case))
             ppc["bus"][:, PD], ppc["bus"][:, QD] = np.asarray(params.load_p[0, t]), np.asarray(params.load_q[0, t])
             ppc["gen"][:, PG] = np.asarray(state.pg)
             ref, ok = runpf(ppc, pypower_opts())

@@ -30,6 +30,9 @@ def ac_opf_reference(env, params, case, days=None, progress=None) -> list[DaySch
     opts = ppoption(VERBOSE=0, OUT_ALL=0)
     g = lambda x: np.asarray(x, np.float64)  # noqa: E731
     load_p, load_q = g(params.load_p), g(params.load_q)
+    from evogrid.envs.trans import setpoints_in_band
+
+    case = setpoints_in_band(case)   # as the env holds them (its voltage_setpoints="band"; PYPOWER's OPF moves them)
     ppc = dict(version="2", baseMVA=case.base_mva, bus=case.bus.copy(), gen=case.gen.copy(),
                branch=case.branch.copy(), gencost=case.gencost.copy())
     ppc["gen"][:, PMIN], ppc["gen"][:, PMAX] = g(params.pmin), g(params.pmax)

@@ -47,13 +47,15 @@ the grid as it is.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
 from evogrid.case import Case, load_case
-from evogrid.case.matpower import GS, PD, PG, PMAX, PMIN, QD, QG, QMAX, QMIN, RAMP_30, VMAX, VMIN
+from evogrid.case.matpower import GS, PD, PG, PMAX, PMIN, QD, QG, QMAX, QMIN, RAMP_30, VG, VMAX, VMIN
 from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action, time_obs, time_obs_size
 from evogrid.envs.profiles import (
     check_days,
@@ -292,7 +294,7 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
                       ratings: str = "auto", rating_margin: float = RATING_MARGIN, load_p=None, load_q=None,
                       n1: bool = False, n1_rating: float = N1_RATING, n1_contingencies=None, outages_per_day: float = 0.0,
                       outage_steps: int = 4, max_outages: int = 1, outage_schedule=None,
-                      forecast_steps: int = 0, forecast_error: float = 0.02) -> TransParams:
+                      forecast_steps: int = 0, forecast_error: float = 0.02, voltage_setpoints: str = "band") -> TransParams:
     """Parameters of `TransGridEnv` for a case.
 
     Loads (`profiles`): "synthetic", `n_days` (default 64) seeded days ([n_days, max_steps, n_bus]:
@@ -307,6 +309,11 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     slow, the others fast: ramps bind around the peaks and foresight pays). Line ratings (`ratings`): "case" uses RATE_A; "derived" uses `derived_ratings`;
     "auto" (default) derives them only for cases without real ones (every RATE_A 0 or >= 9900:
     case14, case57, case118).
+
+    AC mode holds every unit's bus at its voltage set-point. `voltage_setpoints="band"` (default) clips
+    the set-points into their bus's [VMIN, VMAX] (`setpoints_in_band`): IEEE 14's units at buses 6 and 8
+    are set to 1.07 and 1.09 p.u. against a VMAX of 1.06, which would put the `voltage` channel above
+    zero at every step whatever the dispatch; "case" keeps the file's set-points.
 
     Security (DC mode only): `n1=True` adds the `n1_thermal` channel, screening `n1_contingencies`
     (branch indices; default every branch whose loss does not island the grid) against `n1_rating` x the
@@ -329,6 +336,10 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         raise ValueError("enforce_q_limits needs the AC model with full Newton (ac=True, ac_method='newton' or unset): "
                          "the chord method's fixed Jacobian assumes fixed bus types")
     ac_method = ac_method or ("newton" if enforce_q_limits else "chord")
+    if voltage_setpoints not in ("band", "case"):
+        raise ValueError(f"voltage_setpoints must be 'band' or 'case', got {voltage_setpoints!r}")
+    if ac and voltage_setpoints == "band":
+        case = setpoints_in_band(case)
     ac_iters = ac_iters or {"chord": 30, "newton": 10}[ac_method]  # maxima: the solver stops when converged
     check_days(max_steps, delta_t_hours, n_days)
     if ratings not in ("auto", "case", "derived"):
@@ -406,6 +417,19 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     )
     init = _initial_states(params, _start_dispatch(case, load_p, float(case.bus[:, GS].sum())))
     return params.replace(init=init, init_obs=jax.vmap(TransGridEnv()._obs, in_axes=(0, None))(init, params))
+
+
+def setpoints_in_band(case: Case) -> Case:
+    """`case` with every unit's voltage set-point (VG) clipped into its bus's [VMIN, VMAX] (where the bus has
+    a band, VMAX > VMIN > 0); the same case when nothing changes."""
+    lo, hi = case.bus[case.gen_bus, VMIN], case.bus[case.gen_bus, VMAX]
+    banded = (hi > lo) & (lo > 0)
+    vg = np.where(banded, np.clip(case.gen[:, VG], lo, hi), case.gen[:, VG])
+    if np.array_equal(vg, case.gen[:, VG]):
+        return case
+    gen = case.gen.copy()
+    gen[:, VG] = vg
+    return dataclasses.replace(case, gen=gen)
 
 
 def _outage_schedule(case, model, given, per_day, steps, max_out, n_days, max_steps, seed) -> np.ndarray:
