@@ -122,3 +122,13 @@ def test_real_profiles_bad_input():
         data.load_profiles("load", days=[366])
     with pytest.raises(ValueError, match="unknown task 'dcmg-reel'"):
         make("dcmg-reel")
+
+
+def test_forecast_suffix_on_task_names():
+    env, params = make("dcmg-real-fc3", split="test")
+    plain = make("dcmg-real", split="test")[1]
+    assert env.observation_space(params).shape[0] == env.observation_space(plain).shape[0] + 3 * 2
+    assert params.forecast.shape == (28, params.max_steps + 1, 6)
+    for bad in ("dcmg-fc2-fc3", "dcmg-fcx", "dcmg-real-real"):
+        with pytest.raises(ValueError, match="unknown task"):
+            make(bad)

@@ -3,8 +3,9 @@
 Names are "<task>-case<name>" (or "dcmg") with optional suffixes: on transmission tasks "-ac" for the
 AC Newton-Raphson mode, "-n1" for the security task (N-1 screening channel and random line outages,
 TSO_SUFFIXES); on every task "-real" for the shipped year of real profiles with calendar splits
-(`profiles="real"`, see evogrid.data), e.g. "tso-case5", "tso-case118-ac", "tso-case14-n1-real",
-"dcmg-real". Keyword arguments go to the task's `make_*_params` (and override the suffixes').
+(`profiles="real"`, see evogrid.data) and "-fc<H>" for a noisy forecast of the next H steps in the
+observation (`forecast_steps=H`), e.g. "tso-case5", "tso-case118-ac", "tso-case14-n1-real",
+"dcmg-real", "dso-case33bw-real-fc4". Keyword arguments go to the task's `make_*_params` (and override the suffixes').
 """
 from __future__ import annotations
 
@@ -49,8 +50,10 @@ def make(name: str, **kwargs):
         case = None
         if cases is not None and parts and parts[0].startswith("case") and parts[0].removeprefix("case") in cases:
             case = parts.pop(0).removeprefix("case")
-        known = {**(TSO_SUFFIXES if prefix == "tso" else {}), **SUFFIXES}
-        if (case is None) == (cases is None) and len(set(parts)) == len(parts) and all(p in known for p in parts):
+        known = {**(TSO_SUFFIXES if prefix == "tso" else {}), **SUFFIXES,
+                 **{p: {"forecast_steps": int(p[2:])} for p in parts if p[:2] == "fc" and p[2:].isdigit()}}
+        one_each = len(set(parts)) == len(parts) and sum(p[:2] == "fc" for p in parts) <= 1
+        if (case is None) == (cases is None) and one_each and all(p in known for p in parts):
             options = {k: v for p in parts for k, v in known[p].items()}
             return env_cls(), make_params(*([] if case is None else [case]), **{**options, **kwargs})
     import difflib
@@ -59,7 +62,7 @@ def make(name: str, **kwargs):
     close = difflib.get_close_matches(name.lower(), list_tasks(), n=1, cutoff=0.75)
     hint = f"; did you mean {close[0]}?" if close else ""
     raise ValueError(f"unknown task {name!r}{hint} (known tasks: {shown}; append '-ac' to a tso task for the AC power-flow mode, '-n1' for N-1 security, "
-                     "'-real' to any task for real profiles; "
+                     "'-real' to any task for real profiles, '-fc<H>' for an H-step forecast; "
                      "'gymnax:<id>' for a gymnax environment)")
 
 
