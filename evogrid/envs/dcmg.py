@@ -25,7 +25,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action, time_obs, time_obs_size
+from evogrid.envs.environment import (
+    Environment,
+    EnvParams,
+    EnvState,
+    money_unit,
+    sanitize_action,
+    time_obs,
+    time_obs_size,
+)
 from evogrid.envs.profiles import (
     check_days,
     daily_load_shape,

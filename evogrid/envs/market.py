@@ -22,7 +22,15 @@ from flax import struct
 
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, PMAX
-from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action, time_obs, time_obs_size
+from evogrid.envs.environment import (
+    Environment,
+    EnvParams,
+    EnvState,
+    money_unit,
+    sanitize_action,
+    time_obs,
+    time_obs_size,
+)
 from evogrid.envs.profiles import (
     bus_load_days,
     check_days,

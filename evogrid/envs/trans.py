@@ -55,11 +55,33 @@ import numpy as np
 from flax import struct
 
 from evogrid.case import Case, load_case
-from evogrid.case.matpower import GS, PD, PG, PMAX, PMIN, QD, QG, QMAX, QMIN, RAMP_30, VG, VMAX, VMIN
-from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action, time_obs, time_obs_size
+from evogrid.case.matpower import (
+    GS,
+    PD,
+    PG,
+    PMAX,
+    PMIN,
+    QD,
+    QG,
+    QMAX,
+    QMIN,
+    RAMP_30,
+    VG,
+    VMAX,
+    VMIN,
+)
+from evogrid.envs.environment import (
+    Environment,
+    EnvParams,
+    EnvState,
+    money_unit,
+    sanitize_action,
+    time_obs,
+    time_obs_size,
+)
 from evogrid.envs.profiles import (
-    check_days,
     bus_load_days,
+    check_days,
     forecast_features,
     source_days,
     split_days,
