@@ -132,3 +132,13 @@ def test_forecast_suffix_on_task_names():
     for bad in ("dcmg-fc2-fc3", "dcmg-fcx", "dcmg-real-real"):
         with pytest.raises(ValueError, match="unknown task"):
             make(bad)
+
+
+def test_a_forecast_task_shares_its_oracle_cache(tmp_path, monkeypatch):
+    from evogrid import baselines
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    plain, fc = (make(name, split="test")[1] for name in ("dcmg-real", "dcmg-real-fc2"))
+    assert baselines._cache_path("dcmg-real", "test", plain) == baselines._cache_path("dcmg-real-fc2", "test", fc)
+    other = make("dcmg-real", split="test", pv_mw=0.3)[1]
+    assert baselines._cache_path("dcmg-real", "test", plain) != baselines._cache_path("dcmg-real", "test", other)

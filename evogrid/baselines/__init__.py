@@ -41,8 +41,12 @@ def supported(task: str) -> bool:
 
 
 def _cache_path(task: str, split: str, params) -> Path:
+    """Keyed by the params' leaves, less those that only shape observations (forecasts and the cached
+    first observations): a task with a forecast (-fc<H>) shares its oracle with the task without."""
     import jax
 
+    params = params.replace(**{k: None for k in ("forecast", "init_obs") if hasattr(params, k)})
+    task = "-".join(p for p in task.lower().split("-") if not (p[:2] == "fc" and p[2:].isdigit()))
     digest = hashlib.sha256(BASELINE_VERSION.encode())
     for leaf in jax.tree_util.tree_leaves(params):
         digest.update(np.asarray(leaf).tobytes())
