@@ -9,12 +9,7 @@ from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG, QD, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
 from evogrid.envs.trans import setpoints_in_band
-from evogrid.utils.jax_utils import (
-    batch_reset,
-    batch_step,
-    scan_rollout,
-    split_key_for_envs,
-)
+from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
 CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
                   "tso-case14-real", "dcmg-real"]

@@ -25,15 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from evogrid.envs.environment import (
-    Environment,
-    EnvParams,
-    EnvState,
-    money_unit,
-    sanitize_action,
-    time_obs,
-    time_obs_size,
-)
+from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
 from evogrid.envs.profiles import (
     check_days,
     daily_load_shape,
@@ -148,10 +140,10 @@ class DCMicrogridEnv(Environment):
         d = state.day
         head = jnp.stack([params.it_arrival[d, t], params.pv_avail[d, t], params.price[d, t] / 100.0, state.soc[0],
                           (state.temp - params.t_limit) / 10.0])
-        return jnp.concatenate([head, state.queue, time_obs(state, params)])
+        return jnp.concatenate([head, state.queue, self.time_obs(state, params)])
 
     def observation_space(self, params: DCMGParams) -> Box:
-        return Box(-jnp.inf, jnp.inf, (5 + params.deadline_steps + time_obs_size(params),))
+        return Box(-jnp.inf, jnp.inf, (5 + params.deadline_steps + self.time_obs_size(params),))
 
     def action_space(self, params: DCMGParams) -> Box:
         return Box(-1.0, 1.0, (4,))

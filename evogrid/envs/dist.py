@@ -24,15 +24,7 @@ from flax import struct
 
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, QD
-from evogrid.envs.environment import (
-    Environment,
-    EnvParams,
-    EnvState,
-    money_unit,
-    sanitize_action,
-    time_obs,
-    time_obs_size,
-)
+from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
 from evogrid.envs.profiles import (
     bus_load_days,
     check_days,
@@ -150,10 +142,10 @@ class DistGridEnv(Environment):
         """[|V| (n_bus), loads p.u. (n_bus), PV availability (n_pv), sin, cos time of day, progress]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
         return jnp.concatenate([state.vm, params.load_p[state.day, t] / params.base_mva,
-                                params.pv_avail[state.day, t], time_obs(state, params)])
+                                params.pv_avail[state.day, t], self.time_obs(state, params)])
 
     def observation_space(self, params: DistParams) -> Box:
-        n = 2 * params.load_p.shape[-1] + params.pv_avail.shape[-1] + time_obs_size(params)
+        n = 2 * params.load_p.shape[-1] + params.pv_avail.shape[-1] + self.time_obs_size(params)
         return Box(-jnp.inf, jnp.inf, (n,))
 
     def action_space(self, params: DistParams) -> Box:

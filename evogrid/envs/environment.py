@@ -27,19 +27,6 @@ class EnvParams:
     forecast: jnp.ndarray = None
 
 
-def time_obs(state, params: EnvParams) -> jnp.ndarray:
-    """The observation's tail on every grid task: time of day and progress (3), then the noisy forecast
-    of the next steps when the task has one (`profiles.forecast_features`; nothing when F = 0)."""
-    parts = [params.time_features[state.time_step]]
-    if params.forecast is not None:
-        parts.append(params.forecast[state.day, state.time_step])
-    return jnp.concatenate(parts)
-
-
-def time_obs_size(params: EnvParams) -> int:
-    return params.time_features.shape[-1] + (0 if params.forecast is None else params.forecast.shape[-1])
-
-
 class Environment:
     """Base class. Instances are hashed by identity (they are static under jit): build once, reuse.
 
@@ -47,6 +34,17 @@ class Environment:
     such envs stop once every episode of a batch has ended. The grid tasks run to their horizon."""
 
     ends_early = False
+
+    def time_obs(self, state, params: EnvParams) -> jnp.ndarray:
+        """The observation's tail on every grid task: time of day and progress (3), then the noisy forecast
+        of the next steps when the task has one (`profiles.forecast_features`; nothing when F = 0)."""
+        parts = [params.time_features[state.time_step]]
+        if params.forecast is not None:
+            parts.append(params.forecast[state.day, state.time_step])
+        return jnp.concatenate(parts)
+
+    def time_obs_size(self, params: EnvParams) -> int:
+        return params.time_features.shape[-1] + (0 if params.forecast is None else params.forecast.shape[-1])
 
     def reset(self, key: jax.Array, params):
         return self.reset_env(key, params)

@@ -22,15 +22,7 @@ from flax import struct
 
 from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, PMAX
-from evogrid.envs.environment import (
-    Environment,
-    EnvParams,
-    EnvState,
-    money_unit,
-    sanitize_action,
-    time_obs,
-    time_obs_size,
-)
+from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
 from evogrid.envs.profiles import (
     bus_load_days,
     check_days,
@@ -120,10 +112,10 @@ class GenCoMarketEnv(Environment):
     def _obs(self, state: MarketState, params: MarketParams):
         """[load per bus / 100 MW, last prices / 100 $/MWh, sin, cos time of day, progress]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
-        return jnp.concatenate([params.load[state.day, t] / 100.0, state.lmp / 100.0, time_obs(state, params)])
+        return jnp.concatenate([params.load[state.day, t] / 100.0, state.lmp / 100.0, self.time_obs(state, params)])
 
     def observation_space(self, params: MarketParams) -> Box:
-        return Box(-jnp.inf, jnp.inf, (2 * params.load.shape[-1] + time_obs_size(params),))
+        return Box(-jnp.inf, jnp.inf, (2 * params.load.shape[-1] + self.time_obs_size(params),))
 
     def action_space(self, params: MarketParams) -> Box:
         return Box(-1.0, 1.0, (params.company.shape[1],))

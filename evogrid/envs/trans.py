@@ -55,30 +55,8 @@ import numpy as np
 from flax import struct
 
 from evogrid.case import Case, load_case
-from evogrid.case.matpower import (
-    GS,
-    PD,
-    PG,
-    PMAX,
-    PMIN,
-    QD,
-    QG,
-    QMAX,
-    QMIN,
-    RAMP_30,
-    VG,
-    VMAX,
-    VMIN,
-)
-from evogrid.envs.environment import (
-    Environment,
-    EnvParams,
-    EnvState,
-    money_unit,
-    sanitize_action,
-    time_obs,
-    time_obs_size,
-)
+from evogrid.case.matpower import GS, PD, PG, PMAX, PMIN, QD, QG, QMAX, QMIN, RAMP_30, VG, VMAX, VMIN
+from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
 from evogrid.envs.profiles import (
     bus_load_days,
     check_days,
@@ -227,7 +205,7 @@ class TransGridEnv(Environment):
             params.load_p[state.day, t] * (1.0 / params.base_mva),
             state.pg * params.inv_pmax,
             jnp.abs(state.flow) * params.inv_rate,
-            time_obs(state, params),
+            self.time_obs(state, params),
         ]
         if params.outage_schedule.shape[-1]:  # what the operator knows: the lines out in the interval just past
             last = jnp.maximum(state.time_step - 1, 0)
@@ -236,7 +214,7 @@ class TransGridEnv(Environment):
         return jnp.concatenate(parts)
 
     def observation_space(self, params: TransParams) -> Box:
-        n = params.load_p.shape[-1] + params.pmax.shape[0] + params.rate.shape[0] + time_obs_size(params)
+        n = params.load_p.shape[-1] + params.pmax.shape[0] + params.rate.shape[0] + self.time_obs_size(params)
         n += params.rate.shape[0] if params.outage_schedule.shape[-1] else 0
         return Box(-jnp.inf, jnp.inf, (n,))
 
