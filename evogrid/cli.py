@@ -417,6 +417,7 @@ def _binding_rows(summary) -> list[tuple[str, str]]:
 
 def _baseline(args) -> int:
     from evogrid import baselines
+    from evogrid.envs.registry import parse_task
 
     try:
         report = baselines.baseline(args.task, split=args.split, refresh=args.refresh)
@@ -451,7 +452,7 @@ def _baseline(args) -> int:
                 ("no-control mean return", f"{s['no_control_return']:.4f}"),
                 ("no-control feasible days", f"{100 * s['no_control_feasible_share']:.1f}%")]
     else:
-        secure = "security-constrained (N-1, outages foreseen) " if "n1" in args.task.lower().split("-") else ""
+        secure = "security-constrained (N-1, outages foreseen) " if "n1" in parse_task(args.task).suffixes else ""
         print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days (oracle: perfect-foresight {secure}"
               f"multi-period DC-OPF, Clarabel/HiGHS; myopic: the same for one step, within ramp limits)")
         rows = [("oracle mean return", f"{s['oracle_return']:.4f}"),

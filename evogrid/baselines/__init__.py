@@ -36,8 +36,13 @@ BASELINE_VERSION = "5"  # bump when an oracle's formulation changes (invalidates
 
 
 def supported(task: str) -> bool:
-    """Every task family (on AC transmission tasks a per-step AC-OPF reference, not an oracle)."""
-    return task.lower().split("-")[0] in ("tso", "dso", "ders", "dcmg", "gencos")
+    """Every built-in task family (on AC transmission tasks a per-step AC-OPF reference, not an oracle)."""
+    from evogrid.envs.registry import parse_task
+
+    try:
+        return parse_task(task).family in ("tso", "dso", "ders", "dcmg", "gencos")
+    except ValueError:
+        return False
 
 
 def _cache_path(task: str, split: str, params) -> Path:
@@ -45,8 +50,10 @@ def _cache_path(task: str, split: str, params) -> Path:
     first observations): a task with a forecast (-fc<H>) shares its oracle with the task without."""
     import jax
 
+    from evogrid.envs.registry import parse_task
+
     params = params.replace(**{k: None for k in ("forecast", "init_obs") if hasattr(params, k)})
-    task = "-".join(p for p in task.lower().split("-") if not (p[:2] == "fc" and p[2:].isdigit()))
+    task = parse_task(task).without_forecast()
     digest = hashlib.sha256(BASELINE_VERSION.encode())
     for leaf in jax.tree_util.tree_leaves(params):
         digest.update(np.asarray(leaf).tobytes())
@@ -65,14 +72,15 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
     from evogrid.baselines import ac, dcmg, feeder, market, tso
     from evogrid.case import load_case
     from evogrid.envs import make
+    from evogrid.envs.registry import parse_task
 
     with jax.enable_x64(True):
         env, params = make(task, split=split)
         path = _cache_path(task, split, params)
         if path.is_file() and not refresh:
             return json.loads(path.read_text())
-        family, *suffixes = task.lower().split("-")
-        if family == "gencos":
+        name = parse_task(task)
+        if name.family == "gencos":
             profit, price, payment = market.competitive_days(env, params)
             report = {"task": task, "split": split, "days": int(len(profit)), "oracle_kind": "competitive",
                       "return_unit": env.units(params)["return"], "oracle": None, "myopic": None,
@@ -82,21 +90,20 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(report, indent=1))
             return report
-        if family == "dcmg":
+        if name.family == "dcmg":
             oracle, kind = dcmg.lp_bound(params), "lp_bound"
             m_ret = m_cost = None
-        elif family == "tso" and "ac" in suffixes:
+        elif name.family == "tso" and "ac" in name.suffixes:
             progress = lambda k, n: print(f"\r  AC-OPF reference (PYPOWER): day {k}/{n}", end="\n" if k == n else "",  # noqa: E731
                                           file=sys.stderr, flush=True)
-            oracle, kind = ac.ac_opf_reference(env, params, load_case(suffixes[0].removeprefix("case")), progress=progress), "ac_opf"
+            oracle, kind = ac.ac_opf_reference(env, params, load_case(name.case), progress=progress), "ac_opf"
             m_ret, m_cost = ac.replay_reference(env, params, oracle)
-        elif family in ("dso", "ders"):
+        elif name.family in ("dso", "ders"):
             oracle, kind = feeder.feeder_oracle(env, params), "feeder_schedule"
             zero = np.zeros((params.max_steps, env.action_space(params).shape[0]))
             play = feeder.replay_fn(env, params)
-            none = [play(d, zero)[:2] for d in range(len(oracle))]
+            uncontrolled = [play(d, zero)[:2] for d in range(len(oracle))]
             m_ret, m_cost = None, None
-            no_control = {"return": [r for r, _ in none], "violation": [float(c.sum()) for _, c in none]}
         else:
             oracle, kind = tso.dc_opf_oracle(params), "schedule"
             m_ret, m_cost = tso.myopic_policy(env, params)
@@ -109,13 +116,12 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
                                for name in dict.fromkeys(k for r in oracle for k in r.binding)}},
         "myopic": None if m_ret is None else {"return": m_ret.tolist(), "violation": m_cost.sum(1).tolist()},
     }
-    if kind == "feeder_schedule":
-        report["no_control"] = no_control
     report["summary"] = summarise(report, m_ret, None if m_cost is None else m_cost.sum(1))
     report["summary"]["feasible_days"] = len(feasible)
     if kind == "feeder_schedule":
-        report["summary"].update(no_control_return=float(np.mean(no_control["return"])),
-                                 no_control_feasible_share=float(np.mean(np.asarray(no_control["violation"]) <= 1e-6)))
+        report["no_control"] = {"return": [r for r, _ in uncontrolled], "violation": [float(c.sum()) for _, c in uncontrolled]}
+        report["summary"].update(no_control_return=float(np.mean(report["no_control"]["return"])),
+                                 no_control_feasible_share=float(np.mean(np.asarray(report["no_control"]["violation"]) <= 1e-6)))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1))
     return report

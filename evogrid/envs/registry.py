@@ -9,6 +9,8 @@ observation (`forecast_steps=H`), e.g. "tso-case5", "tso-case118-ac", "tso-case1
 """
 from __future__ import annotations
 
+import dataclasses
+
 from evogrid.case import list_cases
 
 RADIAL_FEEDERS = ("33bw", "141")  # distribution feeders: DSO/DERs tasks, not TSO dispatch
@@ -33,6 +35,49 @@ def list_tasks() -> list[str]:
     return names
 
 
+@dataclasses.dataclass(frozen=True)
+class TaskName:
+    """A parsed task name: family ("tso"), case ("14", or None for "dcmg"), its suffixes in the order
+    given, and the `make_*_params` keyword arguments they set."""
+    family: str
+    case: str | None
+    suffixes: tuple
+    options: dict
+
+    def without_forecast(self) -> str:
+        """The name less its -fc<H> suffix (a forecast changes the observation, not the task's physics)."""
+        parts = [self.family] + ([f"case{self.case}"] if self.case else [])
+        return "-".join(parts + [x for x in self.suffixes if not _is_forecast(x)])
+
+
+def _is_forecast(suffix: str) -> bool:
+    return suffix[:2] == "fc" and suffix[2:].isdigit()
+
+
+def parse_task(name: str) -> TaskName:
+    """Split a built-in task name into its parts, refusing unknown ones with the valid names and a
+    did-you-mean hint (gymnax names are not parsed here)."""
+    prefix, *parts = name.lower().split("-")
+    if prefix in _TASKS:
+        cases = _TASKS[prefix][2]
+        case = None
+        if cases is not None and parts and parts[0].startswith("case") and parts[0].removeprefix("case") in cases:
+            case = parts.pop(0).removeprefix("case")
+        known = {**(TSO_SUFFIXES if prefix == "tso" else {}), **SUFFIXES,
+                 **{x: {"forecast_steps": int(x[2:])} for x in parts if _is_forecast(x)}}
+        one_each = len(set(parts)) == len(parts) and sum(map(_is_forecast, parts)) <= 1
+        if (case is None) == (cases is None) and one_each and all(x in known for x in parts):
+            return TaskName(prefix, case, tuple(parts), {k: v for x in parts for k, v in known[x].items()})
+    import difflib
+
+    shown = ", ".join(n for n in list_tasks() if n.count("-") == 1 or "-case" not in n)
+    close = difflib.get_close_matches(name.lower(), list_tasks(), n=1, cutoff=0.75)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    raise ValueError(f"unknown task {name!r}{hint} (known tasks: {shown}; append '-ac' to a tso task for the AC power-flow mode, '-n1' for N-1 security, "
+                     "'-real' to any task for real profiles, '-fc<H>' for an H-step forecast; "
+                     "'gymnax:<id>' for a gymnax environment)")
+
+
 def make(name: str, **kwargs):
     """Build a named task: returns (env, params). "gymnax:<id>" wraps a gymnax environment."""
     if name.startswith("gymnax:"):
@@ -43,27 +88,9 @@ def make(name: str, **kwargs):
             raise ValueError(f"gymnax tasks take only max_steps (and split, which they ignore), got {', '.join(unknown)}")
         env = GymnaxEnv(name.split(":", 1)[1])
         return env, env.default_params(kwargs.get("max_steps"))
-    parts = name.lower().split("-")
-    prefix, parts = parts[0], parts[1:]
-    if prefix in _TASKS:
-        env_cls, make_params, cases = _TASKS[prefix]
-        case = None
-        if cases is not None and parts and parts[0].startswith("case") and parts[0].removeprefix("case") in cases:
-            case = parts.pop(0).removeprefix("case")
-        known = {**(TSO_SUFFIXES if prefix == "tso" else {}), **SUFFIXES,
-                 **{p: {"forecast_steps": int(p[2:])} for p in parts if p[:2] == "fc" and p[2:].isdigit()}}
-        one_each = len(set(parts)) == len(parts) and sum(p[:2] == "fc" for p in parts) <= 1
-        if (case is None) == (cases is None) and one_each and all(p in known for p in parts):
-            options = {k: v for p in parts for k, v in known[p].items()}
-            return env_cls(), make_params(*([] if case is None else [case]), **{**options, **kwargs})
-    import difflib
-
-    shown = ", ".join(n for n in list_tasks() if n.count("-") == 1 or "-case" not in n)
-    close = difflib.get_close_matches(name.lower(), list_tasks(), n=1, cutoff=0.75)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    raise ValueError(f"unknown task {name!r}{hint} (known tasks: {shown}; append '-ac' to a tso task for the AC power-flow mode, '-n1' for N-1 security, "
-                     "'-real' to any task for real profiles, '-fc<H>' for an H-step forecast; "
-                     "'gymnax:<id>' for a gymnax environment)")
+    task = parse_task(name)
+    env_cls, make_params, _ = _TASKS[task.family]
+    return env_cls(), make_params(*([] if task.case is None else [task.case]), **{**task.options, **kwargs})
 
 
 def _register_builtin():
