@@ -114,7 +114,7 @@ def _day_qp(params, d, offset):
     n = T * m
     col_lo, col_up = np.full(n, -np.inf), np.full(n, np.inf)
     cost, hess = np.zeros(n), np.zeros(n)
-    rows, r_lo, r_up = [], [], []
+    steps, r_lo, r_up = [], [], []   # each step's rows (its flows and voltages), then the bounds of every row
     u0 = abs(complex(np.asarray(params.net.v_root))) ** 2
     keep = np.arange(n_bus) != params.net.root
     v_band = [np.broadcast_to((g(params.v_min) + V_MARGIN) ** 2 - u0, (n_bus,)),
@@ -147,12 +147,13 @@ def _day_qp(params, d, offset):
         dq = np.zeros((n_bus, m))
         dq[:, part["sp"]], dq[:, part["sm"]], dq[:, part["q"]] = flex_q.T, -flex_q.T, -pv_inc.T
         p0, q0 = load_p[t] - pv_inc.T @ avail[t], load_q[t]
+        rows = []
         for flows, dnet, net0 in ((part["P"], dp, p0), (part["Q"], dq, q0)):   # flow - down dnet / base = down net0 / base
             block = -down @ dnet / base
             block[:, flows] += np.eye(n_br)
-            rows.append((t, block))
+            rows.append(block)
             r_lo.append(down @ net0 / base), r_up.append(down @ net0 / base)
-        rows.append((t, A_v[keep]))
+        steps.append(sp.csr_matrix(np.vstack(rows + [A_v[keep]])))
         r_lo.append(v_band[0][keep] - offset[t][keep]), r_up.append(v_band[1][keep] - offset[t][keep])
         # cost: import at the price (net load + losses), losses, curtailment, discomfort
         w = np.zeros(m)
@@ -164,7 +165,7 @@ def _day_qp(params, d, offset):
         h = np.zeros(m)
         h[part["P"]] = h[part["Q"]] = 2.0 * (loss_w + price[t] * dt * base) * r
         hess[t * m:(t + 1) * m] = h
-    blocks = [sp.block_diag([sp.vstack([sp.csr_matrix(b) for s, b in rows if s == t]) for t in range(T)], format="csr")]
+    blocks = [sp.block_diag(steps, format="csr")]
     if n_bat:   # soc[t] - soc[t-1] - dt (eta_c ch - dis / eta_d) / cap = 0 (soc[-1] = soc0); soc[T-1] >= soc0
         link = sp.lil_matrix((T * n_bat + n_bat, n))
         for t in range(T):
