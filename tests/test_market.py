@@ -53,22 +53,18 @@ def test_dcopf_clearing_matches_linprog(case, load_scale):
     spreads = []
     with jax.enable_x64(True):
         params = make_market_params(case, n_days=2, load_scale=load_scale)
-        clear = jax.jit(lambda offers, load, warm: ENV.clear(offers, params, load, warm))
-        point = None
+        clear = jax.jit(lambda offers, load: ENV.clear(offers, params, load))
         for trial in range(4):
             markup = rng.uniform(0.0, 1.0, params.company.shape[1])
             load = np.asarray(params.load[trial % 2, rng.integers(48)])
             offers = _offers(params, markup)
             prices = np.concatenate([offers, np.full(len(load), 1000.0)])
             ref_g, ref_lmp, ref_cost = _linprog_dcopf(params, prices, np.concatenate([np.asarray(params.seg_cap), load]), load)
-            # cold, and warm-started from the previous clearing's point (as the env does step to step)
-            for warm in (None, point):
-                g, lmp, new_point = clear(jnp.asarray(offers), jnp.asarray(load), warm)
-                # segments of one unit can tie in price (linear costs): compare each unit's total and the shedding
-                np.testing.assert_allclose(_per_unit(params, g), _per_unit(params, ref_g), atol=1e-4)
-                np.testing.assert_allclose(np.asarray(lmp), ref_lmp, atol=1e-4)
-                np.testing.assert_allclose(prices @ np.asarray(g), ref_cost, rtol=1e-8)
-            point = new_point
+            g, lmp = clear(jnp.asarray(offers), jnp.asarray(load))
+            # segments of one unit can tie in price (linear costs): compare each unit's total and the shedding
+            np.testing.assert_allclose(_per_unit(params, g), _per_unit(params, ref_g), atol=1e-4)
+            np.testing.assert_allclose(np.asarray(lmp), ref_lmp, atol=1e-4)
+            np.testing.assert_allclose(prices @ np.asarray(g), ref_cost, rtol=1e-8)
             spreads.append(np.ptp(ref_lmp))
     if case == "5":
         assert max(spreads) > 1.0   # congestion: nodal prices differ
@@ -77,15 +73,23 @@ def test_dcopf_clearing_matches_linprog(case, load_scale):
 
 
 def test_dcopf_in_float32_is_close():
-    """float32 (the default): LMPs within 0.05 $/MWh and dispatch within 0.05 MW of HiGHS on congested case5."""
-    params = make_market_params("5", n_days=1)
-    markup = np.linspace(0.1, 0.9, 5)
-    load = np.asarray(params.load[0, 38], float)
-    g, lmp, _ = jax.jit(lambda o, l: ENV.clear(o, params, l))(jnp.asarray(_offers(params, markup), jnp.float32), jnp.asarray(load, jnp.float32))
-    prices = np.concatenate([_offers(params, markup), np.full(5, 1000.0)])
-    ref_g, ref_lmp, _ = _linprog_dcopf(params, prices, np.concatenate([np.asarray(params.seg_cap, float), load]), load)
-    np.testing.assert_allclose(_per_unit(params, g), _per_unit(params, ref_g), atol=5e-2)
-    np.testing.assert_allclose(np.asarray(lmp), ref_lmp, atol=5e-2)
+    """float32 (the default), 64 clearings of congested case5 test hours at random mark-ups and 1.15 x
+    load: the cost within 1e-3 of HiGHS's everywhere, LMPs within 1e-3 $/MWh at the 95th percentile
+    (the interior point's vertex is exact; a near-degenerate hour may keep the interior point)."""
+    params = make_market_params("5", split="test", load_scale=1.15)
+    rng = np.random.default_rng(3)
+    days, hours = rng.integers(params.load.shape[0], size=64), rng.integers(48, size=64)
+    markups = rng.uniform(0.0, 1.0, (64, 5))
+    loads = np.asarray(params.load, float)[days, hours]
+    offers = np.stack([_offers(params, m) for m in markups])
+    g, lmp = jax.jit(jax.vmap(lambda o, l: ENV.clear(o, params, l)))(jnp.asarray(offers, jnp.float32), jnp.asarray(loads, jnp.float32))
+    lmp_err, cost_err = [], []
+    for i in range(64):
+        prices = np.concatenate([offers[i], np.full(5, 1000.0)])
+        _, ref_lmp, ref_cost = _linprog_dcopf(params, prices, np.concatenate([np.asarray(params.seg_cap, float), loads[i]]), loads[i])
+        lmp_err.append(np.abs(np.asarray(lmp[i]) - ref_lmp).max())
+        cost_err.append(abs(prices @ np.asarray(g[i], float) / ref_cost - 1))
+    assert max(cost_err) < 1e-3 and np.percentile(lmp_err, 95) < 1e-3, (max(cost_err), np.percentile(lmp_err, 95))
 
 
 def test_merit_order_matches_linprog_on_a_copper_plate():
@@ -134,7 +138,9 @@ def test_market_marl_view_gives_each_company_its_profit():
     obs, state2, rewards, done, info = jax.jit(marl.step)(jax.random.key(1), state, actions, params)
     flat = ENV.step(jax.random.key(1), state, jnp.array([0.2, -0.4, 0.6, -1.0, 1.0]), params)
     profits = np.asarray(flat[5]["profits"])
-    np.testing.assert_allclose([float(rewards[f"genco_{c}"]) for c in range(3)], 1e-3 * profits, rtol=1e-6)
+    # jit against eager float32: equal to rounding (1e-6 of the largest profit; company 1 earns ~0)
+    np.testing.assert_allclose([float(rewards[f"genco_{c}"]) for c in range(3)], 1e-3 * profits, rtol=1e-6,
+                               atol=1e-9 * np.abs(profits).max())
     np.testing.assert_allclose(float(flat[2]), 1e-3 * profits.sum(), rtol=1e-5)
 
 

@@ -39,7 +39,6 @@ from evogrid.utils.jax_utils import stop_obs_state_gradient
 class MarketState(EnvState):
     day: jnp.ndarray
     lmp: jnp.ndarray   # [n_bus] last cleared prices $/MWh
-    warm: tuple = ()   # the last clearing's scaled primal/dual point (DC-OPF): the next one starts there
 
 
 @struct.dataclass
@@ -58,7 +57,7 @@ class MarketParams(EnvParams):
     opf: DCOPF = None
     reward_scale: jnp.ndarray = None
     clearing: str = struct.field(pytree_node=False, default="dcopf")
-    opf_iters: int = struct.field(pytree_node=False, default=20000)
+    opf_iters: int = struct.field(pytree_node=False, default=50)
 
 
 class GenCoMarketEnv(Environment):
@@ -69,31 +68,27 @@ class GenCoMarketEnv(Environment):
 
     def reset_to_day(self, day, params: MarketParams):
         day = jnp.asarray(day, jnp.int32)
-        dtype = params.load.dtype
-        warm = () if params.clearing == "merit" else (
-            jnp.zeros(params.seg_bus.shape[0], dtype), jnp.zeros(1 + 2 * params.opf.f_max.shape[0], dtype))
-        state = MarketState(time_step=jnp.int32(0), day=day, lmp=jnp.zeros(params.load.shape[-1], dtype), warm=warm)
+        state = MarketState(time_step=jnp.int32(0), day=day, lmp=jnp.zeros(params.load.shape[-1], params.load.dtype))
         return self._obs(state, params), state
 
-    def clear(self, offers, params: MarketParams, load, warm=None):
-        """Clear one market: offers [K] $/MWh for the generator segments, load [n_bus] MW, `warm` the
-        previous clearing's point (DC-OPF; None: a cold start). Returns (dispatch [K + n_bus] MW incl.
-        shedding, prices [n_bus] $/MWh, the point to warm-start the next clearing)."""
+    def clear(self, offers, params: MarketParams, load):
+        """Clear one market: offers [K] $/MWh for the generator segments, load [n_bus] MW. Returns
+        (dispatch [K + n_bus] MW incl. shedding, prices [n_bus] $/MWh)."""
         n_bus = load.shape[0]
         prices = jnp.concatenate([offers, jnp.full((n_bus,), params.voll, offers.dtype)])
         caps = jnp.concatenate([params.seg_cap, load])
         if params.clearing == "merit":
             g, price, _ = merit_order(prices, caps, jnp.sum(load))
-            return g, jnp.full((n_bus,), price), ()
-        g, lmp, _, point = dc_opf(params.opf, prices, caps, load, iters=params.opf_iters, warm=warm or None)
-        return g, lmp, point
+            return g, jnp.full((n_bus,), price)
+        g, lmp, _ = dc_opf(params.opf, prices, caps, load, iters=params.opf_iters)
+        return g, lmp
 
     def step_env(self, key, state: MarketState, action, params: MarketParams):
         action, n_bad = sanitize_action(action)
         markup = 0.5 * (action + 1.0) * params.markup_max             # [n_units]
         offers = params.seg_cost * (1.0 + markup[params.seg_unit])
         load = params.load[state.day, state.time_step]
-        g, lmp, warm = self.clear(offers, params, load, state.warm)
+        g, lmp = self.clear(offers, params, load)
         n_seg = params.seg_cost.shape[0]
         gen, shed = g[:n_seg], g[n_seg:]
         seg_profit = gen * (lmp[params.seg_bus[:n_seg]] - params.seg_cost) * params.delta_t_hours
@@ -103,7 +98,7 @@ class GenCoMarketEnv(Environment):
         flows = params.ptdf @ inj + params.f0
         costs = jnp.stack([jnp.sum(shed), jnp.sum(jnp.maximum(jnp.abs(flows) - params.rate, 0.0))])
         unit_mw = jnp.zeros(params.company.shape[1], gen.dtype).at[params.seg_unit].add(gen)
-        new = MarketState(time_step=state.time_step + 1, day=state.day, lmp=lmp, warm=warm)
+        new = MarketState(time_step=state.time_step + 1, day=state.day, lmp=lmp)
         info = {"profits": profits, "lmp": lmp, "unit_mw": unit_mw, "markup": markup, "nonfinite_actions": n_bad,
                 "consumer_payment": jnp.sum(lmp * (load - shed)) * params.delta_t_hours}  # shedding segment n sits at bus n
         reward = jnp.sum(profits) * params.reward_scale
@@ -170,7 +165,7 @@ class MarketMARLEnv:
 
 def make_market_params(case: Case | str = "5", max_steps: int = 48, delta_t_hours: float = 0.5, *, companies=None,
                        segments: int = 3, markup_max: float = 1.0, clearing: str = "dcopf", voll: float = 1000.0,
-                       n_days: int | None = None, seed: int = 0, split: str = "all", profiles: str = "synthetic", load_scale: float = 1.0, opf_iters: int = 20000,
+                       n_days: int | None = None, seed: int = 0, split: str = "all", profiles: str = "synthetic", load_scale: float = 1.0, opf_iters: int = 50,
                        reward_scale: float = 1e-3, forecast_steps: int = 0, forecast_error: float = 0.02) -> MarketParams:
     """Parameters of `GenCoMarketEnv`. `companies`: tuples of unit indices (0-based, case order), one
     per company; default one company per unit. `clearing`: "dcopf" or "merit". Demand days

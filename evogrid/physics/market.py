@@ -11,11 +11,12 @@ DC-OPF (the linear programme an operator solves for nodal prices)
                      -F <= PTDF (A g - d) + f0 <= F     (line limits, duals mu- , mu+ >= 0)
                      0 <= g <= u
 
-is solved with a fixed number of primal-dual hybrid gradient iterations (Chambolle-Pock, the
-method of PDLP) with restarts to the running average, which converges linearly on LPs. The
-nodal prices are  LMP_n = lambda - [PTDF' (mu+ - mu-)]_n. Variables are scaled internally (MW
+is solved to optimality by a primal-dual interior-point method (Mehrotra predictor-corrector,
+`box_lp`): the LP is tiny (one row per limited line), so 10-20 Newton steps on an m x m system
+clear it exactly, where a first-order method needs thousands of iterations on a congested hour.
+The nodal prices are  LMP_n = lambda - [PTDF' (mu+ - mu-)]_n. Variables are scaled internally (MW
 by `base_mva`, prices by their largest magnitude). Accuracy against HiGHS is tested in
-tests/test_market.py; iterations are a static argument (more = closer).
+tests/test_market.py.
 """
 from __future__ import annotations
 
@@ -51,86 +52,153 @@ class DCOPF:
     ptdf: jnp.ndarray       # [n_lim, n_bus]
     f0: jnp.ndarray         # [n_lim]
     f_max: jnp.ndarray      # [n_lim] MW
-    tau: jnp.ndarray
-    sigma: jnp.ndarray
     base: float = struct.field(pytree_node=False, default=100.0)
 
 
-def make_dcopf(ptdf: np.ndarray, f0: np.ndarray, rate: np.ndarray, seg_bus: np.ndarray, base: float = 100.0,
-               primal_weight: float = 0.01) -> DCOPF:
+def make_dcopf(ptdf: np.ndarray, f0: np.ndarray, rate: np.ndarray, seg_bus: np.ndarray, base: float = 100.0) -> DCOPF:
     """`ptdf` [n_line, n_bus], `f0` [n_line] (flows at zero injection), `rate` [n_line] MW (0 or inf =
     unlimited; those lines are left out), `seg_bus` [K] bus index of each offer segment."""
     ptdf, rate = np.asarray(ptdf, float), np.asarray(rate, float)
     limited = np.isfinite(rate) & (rate > 0)
-    seg_ptdf = ptdf[limited][:, seg_bus]
-    k = np.vstack([np.ones((1, seg_ptdf.shape[1])), seg_ptdf, -seg_ptdf])  # rows in scaled units alike
-    step = 0.95 / np.linalg.norm(k, 2)
-    return DCOPF(seg_ptdf=as_float(seg_ptdf), ptdf=as_float(ptdf[limited]), f0=as_float(np.asarray(f0)[limited]),
-                 f_max=as_float(rate[limited]), tau=as_float(step / primal_weight), sigma=as_float(step * primal_weight),
-                 base=base)
+    return DCOPF(seg_ptdf=as_float(ptdf[limited][:, seg_bus]), ptdf=as_float(ptdf[limited]),
+                 f0=as_float(np.asarray(f0)[limited]), f_max=as_float(rate[limited]), base=base)
 
 
-def dc_opf(opf: DCOPF, prices, caps, load_bus, iters: int = 20000, restart: int = 200, warm=None, tol=None):
-    """Solve the DC-OPF. `prices`, `caps` [K]; `load_bus` [n_bus] MW. Returns (dispatch [K] MW,
-    LMP [n_bus] $/MWh, line flows [n_lim] MW, (x, y) to warm-start the next call).
+def _newton(lp, point, rl, ru):
+    """Newton direction of the box LP's KKT system at `point` = (z, w, y, s, v), w = u - z, toward
+    complementarity z s -> z s + rl, w v -> w v + ru: the normal equations A D^-1 A' dy = r with
+    D = s / z + v / w (m x m, m = rows, by Cholesky; a ridge, even of 100 eps per row, costs float32 its accuracy)."""
+    c, a, b, _ = lp
+    z, w, y, s, v = point
+    d = s / z + v / w
+    g = (c - a.T @ y - s + v) - rl / z + ru / w
+    m = (a / d) @ a.T
+    dy = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(m), (b - a @ z) + a @ (g / d))
+    dz = (a.T @ dy - g) / d
+    return dz, dy, (rl - s * dz) / z, (ru + v * dz) / w
 
-    Restart blocks of `restart` iterations repeat (a `lax.while_loop`) until the restarted point moves by
-    less than `tol` (scaled units; default 1e-10 in float64, 1e-5 in float32, where round-off keeps the
-    restart point moving by ~1e-6: prices then differ by ~1e-3 $/MWh from a 20,000-iteration solve) or `iters` is reached: a
-    congested hour near capacity needed 8000 iterations to match HiGHS where an easy one needs ~1000
-    (measured on case5 at 1.15 x its loads). Under vmap the loop runs until the slowest member converges.
-    Make demand always coverable by offering load shedding as segments at a price cap.
+
+def _longest(x, dx):
+    """Largest step in (0, 1] that keeps x + step dx >= 0."""
+    return jnp.minimum(1.0, jnp.min(jnp.where(dx < 0, -x / jnp.where(dx < 0, dx, -1.0), jnp.inf)))
+
+
+def box_lp(c, a, b, u, iters: int = 50, tol: float = 1e-10):
+    """min c'z  s.t.  A z = b, 0 <= z <= u  (u > 0) by Mehrotra's predictor-corrector interior-point
+    method on the KKT conditions  A'y + s - v = c,  A z = b,  z s = mu,  w v = mu,  w = u - z,  s, v >= 0
+    (w is carried, not recomputed, so a variable near its upper bound keeps its distance's digits).
+
+    Starts at the box centre, stops when the duality gap relative to 1 + |c'z| is below `tol` and the
+    primal and dual residuals relative to 1 + the size of b and c below max(`tol`, 1000 eps), when a step loses finiteness (the last
+    finite point is kept), or after `iters` steps (a `lax.while_loop`; under vmap it runs until the
+    slowest member stops). Returns (z, w, y, s, v); y are the rows' multipliers (d optimal cost / d b).
     """
+    n = c.shape[0]
+    lp = (c, a, b, u)
+    res_tol = max(tol, 1000 * float(jnp.finfo(c.dtype).eps))
+
+    def body(carry):
+        k, point, _ = carry
+        z, w, y, s, v = point
+        mu = (z @ s + w @ v) / (2 * n)
+        dz, dy, ds, dv = _newton(lp, point, -z * s, -w * v)       # predictor (affine scaling)
+        ap, ad = jnp.minimum(_longest(z, dz), _longest(w, -dz)), jnp.minimum(_longest(s, ds), _longest(v, dv))
+        target = (((z + ap * dz) @ (s + ad * ds) + (w - ap * dz) @ (v + ad * dv)) / (2 * n * mu)) ** 3 * mu
+        dz, dy, ds, dv = _newton(lp, point, target - z * s - dz * ds, target - w * v + dz * dv)  # corrector
+        ap = 0.995 * jnp.minimum(_longest(z, dz), _longest(w, -dz))
+        ad = 0.995 * jnp.minimum(_longest(s, ds), _longest(v, dv))
+        new = (z + ap * dz, w - ap * dz, y + ad * dy, s + ad * ds, v + ad * dv)
+        z, w, y, s, v = new
+        residual = jnp.maximum(jnp.max(jnp.abs(a @ z - b)) / (1 + jnp.max(jnp.abs(b))),
+                               jnp.max(jnp.abs(c - a.T @ y - s + v)) / (1 + jnp.max(jnp.abs(c))))
+        # the duality gap bounds the cost error; the residuals cannot go below the round-off of the
+        # normal equations (~1e-5 relative in float32), so they are held to max(tol, 1000 eps)
+        error = jnp.maximum((z @ s + w @ v) / (1 + jnp.abs(c @ z)), residual * tol / res_tol)
+        # past the attainable accuracy the normal equations lose their digits: keep the last finite point
+        finite = jnp.all(jnp.isfinite(jnp.concatenate(new)))
+        return k + 1, jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, point), jnp.where(finite, error, 0.0)
+
+    def going(carry):
+        k, _, error = carry
+        return (k < iters) & (error > tol)
+
+    start = (0.5 * u, 0.5 * u, jnp.zeros(b.shape, c.dtype), jnp.ones_like(c), jnp.ones_like(c))
+    _, point, _ = jax.lax.while_loop(going, body, (jnp.int32(0), start, jnp.asarray(jnp.inf, c.dtype)))
+    return point
+
+
+def vertex(lp, point, tol: float):
+    """The optimal vertex next to an interior-point solution (basis identification, a crossover step).
+
+    Variables with the same column and cost (segments of one unit) are merged first: the interior
+    point splits them evenly, a vertex fills them in any order. Of the merged variables the m farthest
+    from their bounds form the basis B, the others sit at their nearer bound; x_B = B^-1 (b - N x_N),
+    y = B^-T c_B, and a merged value is shared in proportion to the members' bounds. The vertex
+    replaces the point when it is primal and dual feasible to `tol` (relative): it is then optimal,
+    exact to the round-off of one m x m solve, where the interior point carries the round-off of
+    ill-conditioned normal equations. Otherwise (a degenerate basis, a singular B) the point is kept.
+    Returns (z, y, found).
+    """
+    c, a, b, u = lp
+    z, w, y, _, _ = point
+    m, n = a.shape
+    same = (c[:, None] == c[None, :]) & jnp.all(a[:, :, None] == a[:, None, :], axis=0)
+    leader = jnp.argmax(same, axis=1)                                   # first member of each group
+    first = leader == jnp.arange(n)
+    merge = lambda x: jnp.zeros_like(x).at[leader].add(x)  # noqa: E731
+    zg, wg, ug = merge(z), merge(w), merge(u)
+    score = jnp.where(first & jnp.any(a != 0, axis=0), jnp.minimum(zg, wg), -1.0)   # empty columns never enter
+    _, basis = jax.lax.top_k(score, m)
+    in_basis = jnp.zeros(n, bool).at[basis].set(True)
+    x = jnp.where(first & ~in_basis & (wg < zg), ug, 0.0)
+    big = a[:, basis]
+    x = x.at[basis].set(jnp.linalg.solve(big, b - a @ x))
+    y_v = jnp.linalg.solve(big.T, c[basis])
+    reduced = c - a.T @ y_v
+    slack = tol * (1 + ug)
+    primal = jnp.all((x >= -slack) & (x <= ug + slack))
+    dual = jnp.all(in_basis | ~first | jnp.where(x > 0.5 * ug, reduced <= tol, reduced >= -tol))
+    found = primal & dual & jnp.all(jnp.isfinite(x)) & jnp.all(jnp.isfinite(y_v))
+    x = jnp.clip(x, 0.0, ug)[leader] * u / ug[leader]
+    return jnp.where(found, x, z), jnp.where(found, y_v, y), found
+
+
+def dc_opf(opf: DCOPF, prices, caps, load_bus, iters: int = 50, tol=None):
+    """Solve the DC-OPF. `prices`, `caps` [K]; `load_bus` [n_bus] MW. Returns (dispatch [K] MW,
+    LMP [n_bus] $/MWh, line flows [n_lim] MW).
+
+    With one bounded variable per limited line, t = flow + F in [0, 2F], the problem is the box LP
+    min c'x  s.t.  1'x = 1'd,  PTDF_seg x - t = -F - flow(0),  0 <= x <= cap,  0 <= t <= 2F
+    with 1 + n_lim rows, solved to optimality by `box_lp` (10-20 iterations, at most `iters`, until
+    the relative residuals and duality gap are below `tol`: 1e-10 in float64, 1e-8 in float32, in units
+    scaled by `base` MW and the largest price). LMP = lambda + PTDF' y_lines from the rows' multipliers.
+    Segments of zero capacity are held at zero. The solve runs on constants; the derivatives are those of
+    one centred Newton step from its point on the real inputs (the values stay the solver's). Make demand always coverable by offering
+    load shedding as segments at a price cap.
+    """
+    dtype = prices.dtype
     scale_c = jnp.maximum(jnp.max(jnp.abs(prices)), 1.0)
-    c, u = prices / scale_c, caps / opf.base
-    d = load_bus / opf.base
-    base_flow = (opf.f0 - opf.ptdf @ load_bus) / opf.base            # flow with no generation
+    n_seg, n_lim = caps.shape[0], opf.f_max.shape[0]
     fmax = opf.f_max / opf.base
-    # K x >= q rows: balance (equality), -flow >= -F (upper limit), flow >= -F (lower limit)
-    q = jnp.concatenate([jnp.sum(d)[None], -fmax + base_flow, -fmax - base_flow])
-    n_lim = opf.f_max.shape[0]
-
-    def kx(x):
-        f = opf.seg_ptdf @ x
-        return jnp.concatenate([jnp.sum(x)[None], -f, f])
-
-    def kty(y):
-        return y[0] + opf.seg_ptdf.T @ (y[1 + n_lim:] - y[1:1 + n_lim])
-
-    def iterate(carry, _, c=c, q=q):
-        x, y, xs, ys = carry
-        x1 = jnp.clip(x - opf.tau * (c - kty(y)), 0.0, u)
-        y1 = y + opf.sigma * (q - kx(2 * x1 - x))
-        y1 = y1.at[1:].set(jnp.maximum(y1[1:], 0.0))
-        return (x1, y1, xs + x1, ys + y1), None
-
-    def restart_block(carry, _, c=c, q=q):
-        x, y = carry
-        step = lambda carry, _: iterate(carry, _, c, q)  # noqa: E731
-        (x, y, xs, ys), _ = jax.lax.scan(step, (x, y, jnp.zeros_like(x), jnp.zeros_like(y)), None, length=restart)
-        return (xs / restart, ys / restart), None
-
-    x0, y0 = (jnp.zeros_like(u), jnp.zeros(1 + 2 * n_lim, u.dtype)) if warm is None else warm
-    tol = (1e-10 if jnp.finfo(u.dtype).bits == 64 else 1e-5) if tol is None else tol
-
-    def moving(carry):
-        k, _, _, change = carry
-        return (k < max(iters // restart, 1)) & (change >= tol)
-
-    # the loop runs on constants; one more iteration after it, from its point, carries derivatives
-    c_fixed, q_fixed = jax.lax.stop_gradient((c, q))
-
-    def block(carry, c=c_fixed, q=q_fixed):
-        k, x, y, _ = carry
-        (x1, y1), _ = restart_block((x, y), None, c, q)
-        return k + 1, x1, y1, jnp.maximum(jnp.max(jnp.abs(x1 - x)), jnp.max(jnp.abs(y1 - y)))
-
-    start = jax.lax.stop_gradient((x0, y0))
-    _, x, y, _ = jax.lax.while_loop(moving, block, (jnp.int32(0), *start, jnp.asarray(jnp.inf, u.dtype)))
-    (x, y, _, _), _ = iterate((x, y, x, y), None, c, q)
-    # duals back in $/MWh: the objective was scaled by 1 / (scale_c * base) and each row by 1 / base
-    lam, mu_up, mu_dn = y[0] * scale_c, y[1:1 + n_lim] * scale_c, y[1 + n_lim:] * scale_c
-    lmp = lam - opf.ptdf.T @ (mu_up - mu_dn)
-    dispatch = x * opf.base
+    base_flow = (opf.f0 - opf.ptdf @ load_bus) / opf.base            # flow with no generation, p.u.
+    live = jnp.concatenate([caps > 0, jnp.ones(n_lim, bool)])
+    a = jnp.block([[jnp.ones((1, n_seg), dtype), jnp.zeros((1, n_lim), dtype)],
+                   [opf.seg_ptdf, -jnp.eye(n_lim, dtype=dtype)]]) * live
+    b = jnp.concatenate([jnp.sum(load_bus)[None] / opf.base, -fmax - base_flow])
+    c = jnp.concatenate([prices / scale_c, jnp.zeros(n_lim, dtype)])
+    u = jnp.concatenate([jnp.where(caps > 0, caps / opf.base, 1.0), 2 * fmax])
+    tol = (1e-10 if jnp.finfo(dtype).bits == 64 else 1e-8) if tol is None else tol
+    res_tol = max(tol, 1000 * float(jnp.finfo(dtype).eps))
+    lp = (c, a, b, u)
+    point = jax.lax.stop_gradient(box_lp(*jax.lax.stop_gradient(lp), iters=iters, tol=tol))
+    # (at a point held off the bounds by sqrt(eps), so that the step stays finite)
+    z, w, y, s, v = point
+    z, w, s, v = (jnp.maximum(x, jnp.sqrt(jnp.finfo(dtype).eps)) for x in (z, w, s, v))
+    mu = (z @ s + w @ v) / (2 * z.shape[0])
+    dz, dy, _, _ = _newton(lp, (z, w, y, s, v), mu - z * s, mu - w * v)
+    z, y, _ = vertex(lp, point, res_tol)
+    z, y = z + dz - jax.lax.stop_gradient(dz), y + dy - jax.lax.stop_gradient(dy)  # values stay the solver's
+    dispatch = z[:n_seg] * live[:n_seg] * opf.base
+    lmp = scale_c * (y[0] + opf.ptdf.T @ y[1:])
     flows = opf.seg_ptdf @ dispatch + base_flow * opf.base
-    return dispatch, lmp, flows, (x, y)
+    return dispatch, lmp, flows
