@@ -68,7 +68,7 @@ class DEREnv(DistGridEnv):
         done = t + 1 >= params.max_steps
         shortfall = jnp.sum(jnp.maximum(params.soc_init - soc, 0.0) * bat.capacity_mwh)
         soc_cost = jnp.sum(clipped) * dt + jnp.where(done, shortfall, 0.0)
-        new = DERState(time_step=t + 1, day=state.day, vm=flow["vm"], va=flow["va"], soc=soc)
+        new = DERState(time_step=t + 1, day=state.day, v_re=flow["v"].real, v_im=flow["v"].imag, soc=soc)
         info = dict(info, battery_mw=jnp.sum(p_bat), battery_clipped_mw=jnp.sum(clipped), price=price,
                     nonfinite_actions=n_bad, cost_dollars=dollars)
         costs = jnp.concatenate([flow["costs"][:2], soc_cost[None], flow["costs"][2:]])
@@ -76,7 +76,7 @@ class DEREnv(DistGridEnv):
 
     def start_state(self, day, params: DERParams) -> DERState:
         base = super().start_state(day, params)
-        return DERState(time_step=base.time_step, day=day, vm=base.vm, va=base.va, soc=params.soc_init)
+        return DERState(time_step=base.time_step, day=day, v_re=base.v_re, v_im=base.v_im, soc=params.soc_init)
 
     def _obs(self, state: DERState, params: DERParams):
         """[DSO observation (|V|, loads, PV availability, time features), SOC (n_bat), price / 100]."""

@@ -1,9 +1,11 @@
 """Radial AC power flow by backward/forward sweep (BIBC/BCBV form; J.-H. Teng, IEEE Trans. Power Delivery 18(3), 2003).
 
 With the feeder oriented away from the substation (reference) bus, `down[k, j]`
-is 1 when bus j lies downstream of branch k. One sweep is two matrix-vector products:
+is 1 when bus j lies downstream of branch k. One sweep is
   backward: I_branch = down @ I_bus            (I_bus = conj(S_load / V) + y_sh * V)
   forward:  V = V_root - down.T @ (z * I_branch)
+which the sweeps compute as one product V = V_root - Z I_bus with Z = down.T diag(z) down
+(precomputed), the branch currents once at the end.
 Line charging enters as shunts (b/2 at each end); taps and phase shifters are
 not part of the radial model and are refused. Sweeps repeat until the largest voltage change
 falls below a tolerance that follows the dtype (or a static maximum is reached), and the
@@ -28,6 +30,7 @@ class RadialNetwork:
 
     down: jnp.ndarray
     z: jnp.ndarray
+    drop: tuple          # (Re Z, Im Z, Re Z + Im Z) of Z = down' diag(z) down [n_bus, n_bus]: V = V_root - Z I_bus
     y_sh: jnp.ndarray
     parent: jnp.ndarray
     child: jnp.ndarray
@@ -67,9 +70,12 @@ def make_radial_network(case: Case) -> RadialNetwork:
     np.add.at(y_sh, case.t_bus, 0.5j * case.branch[:, BR_B])
     vg = case.gen[case.gen_bus == root, VG][::-1]  # several units at the root: the last one's set-point (MATPOWER)
     cx = lambda a: jnp.asarray(a, dtype=complex_dtype())  # noqa: E731
+    z = case.branch[:, BR_R] + 1j * case.branch[:, BR_X]
+    zbus = down.T @ (z[:, None] * down)
     return RadialNetwork(
         down=as_float(down),
-        z=cx(case.branch[:, BR_R] + 1j * case.branch[:, BR_X]),
+        z=cx(z),
+        drop=(as_float(zbus.real), as_float(zbus.imag), as_float(zbus.real + zbus.imag)),
         y_sh=cx(y_sh),
         parent=jnp.asarray(parent),
         child=jnp.asarray(child),
@@ -80,9 +86,33 @@ def make_radial_network(case: Case) -> RadialNetwork:
 
 
 def default_sweep_tol(dtype) -> float:
-    """Largest |V| change (p.u.) between sweeps that counts as converged: 1e-10 in float64, 1e-6 in float32
-    (its round-off on a 1 p.u. voltage is 6e-8)."""
-    return 1e-10 if jnp.finfo(dtype).bits == 64 else 1e-6
+    """Estimated voltage error (p.u.) that counts as converged: 1e-10 in float64, 2e-7 in float32 (its
+    round-off on a 1 p.u. voltage is 6e-8); the measured error stays below 1e-6 p.u. in float32."""
+    return 1e-10 if jnp.finfo(dtype).bits == 64 else 2e-7
+
+
+def _sweep(net: RadialNetwork, s, v):
+    """One backward/forward sweep from voltages `v`: V_root - Z I_bus(v), the complex product by Gauss's
+    three real products (Re Z x_r, Im Z x_i, (Re Z + Im Z)(x_r + x_i)), 3/4 of the work of four."""
+    x = jnp.conj(s / v) + net.y_sh * v
+    zr, zi, zs = net.drop
+    t1, t2, t3 = zr @ x.real, zi @ x.imag, zs @ (x.real + x.imag)
+    return net.v_root - jax.lax.complex(t1 - t2, t3 - t1 - t2)
+
+
+@jax.custom_jvp
+def _solved(net: RadialNetwork, s, v):
+    """`v`, the sweeps' fixed point; its derivative is that of one more sweep from it (close to the fixed
+    point's, since a sweep contracts strongly), so a rollout that is not differentiated sweeps no more."""
+    return v
+
+
+@_solved.defjvp
+def _solved_jvp(primals, tangents):
+    net, s, v = primals
+    d_net, d_s, _ = tangents
+    _, dv = jax.jvp(lambda n, x: _sweep(n, x, v), (net, s), (d_net, d_s))
+    return v, dv
 
 
 def backward_forward_sweep(net: RadialNetwork, s_load_pu: jnp.ndarray, v0: jnp.ndarray | None = None, iters: int = 30,
@@ -93,41 +123,43 @@ def backward_forward_sweep(net: RadialNetwork, s_load_pu: jnp.ndarray, v0: jnp.n
       s_load_pu: [n_bus] complex power drawn at each bus (load - distributed generation), p.u.
         The entry at the root is ignored (the substation supplies the balance).
       v0: [n_bus] complex starting voltages (default flat at the root voltage).
-      iters: static maximum number of sweeps; they stop once max |V change| < tol.
-      tol: default `default_sweep_tol` of the dtype.
+      iters: static maximum number of sweeps.
+      tol: the voltage error to reach, default `default_sweep_tol` of the dtype.
     Returns:
       (v [n_bus] complex p.u., i_branch [n_branch] complex p.u. current parent -> child, converged bool)
-    The sweeps run in a `lax.while_loop` on constants; one more sweep after it carries the derivative
-    (that of one sweep, which is close to the fixed point's since a sweep contracts strongly).
+
+    The sweeps (a `lax.while_loop` on constants) contract toward the solution, so after sweep k the
+    error is about rho / (1 - rho) |V_k - V_k-1| with rho the contraction, estimated by the ratio of
+    the last two changes; they stop once that estimate is below `tol` (`converged`), or after `iters`.
+    Measured on case141 from a warm start, loads 0.3-1.7 x base: the estimate runs up to 2.6x low,
+    hence the float32 default 2e-7, which keeps |V| within 4.4e-7 p.u. of a 1e-14 float64 solve (4-5
+    sweeps). (Anderson acceleration with one previous iterate saved a sweep there but cost 30% of the
+    ders rollout's speed.) The derivative is that of one sweep at the result (`_solved`).
     """
     n = net.down.shape[1]
     v0 = jnp.full((n,), net.v_root) if v0 is None else v0.astype(net.z.dtype)
     tol = default_sweep_tol(net.z.real.dtype) if tol is None else tol
     s = s_load_pu.astype(net.z.dtype)
-
-    def sweep(net, s, v):
-        down = net.down.astype(net.z.real.dtype)
-
-        def real_matmul(m, x):  # a real 0/1 matrix times a complex vector: two real products, not a complex one
-            return jax.lax.complex(m @ x.real, m @ x.imag)
-
-        i_br = real_matmul(down, jnp.conj(s / v) + net.y_sh * v)
-        return net.v_root - real_matmul(down.T, net.z * i_br), i_br
-
     fixed_net, s_fixed, v_start = jax.lax.stop_gradient((net, s, v0))
+    inf = jnp.asarray(jnp.inf, v_start.real.dtype)
 
     def keep_going(carry):
-        i, _, change = carry
-        return (i < iters - 1) & (change >= tol)  # False once converged, or on NaN
+        i, _, _, error = carry
+        return (i < iters) & (error >= tol)  # False once converged, or on NaN
 
     def body(carry):
-        i, v, _ = carry
-        v_new, _ = sweep(fixed_net, s_fixed, v)
-        return i + 1, v_new, jnp.max(jnp.abs(v_new - v))
+        i, v, last_change, _ = carry
+        v_new = _sweep(fixed_net, s_fixed, v)
+        change = jnp.max(jnp.abs(v_new - v))
+        rho = change / last_change
+        # no bound before two sweeps, or while they do not contract
+        error = jnp.where(jnp.isfinite(last_change) & (rho < 0.5), change * rho / (1 - rho), inf)
+        return i + 1, v_new, change, error
 
-    _, v, _ = jax.lax.while_loop(keep_going, body, (jnp.int32(0), v_start, jnp.asarray(jnp.inf, v_start.real.dtype)))
-    v_last = jax.lax.stop_gradient(v)
-    v, _ = sweep(net, s, v_last)
-    change = jnp.max(jnp.abs(v - v_last))
-    _, i_br = sweep(net, s, v)  # the branch currents of the final voltages
-    return v, i_br, change < tol
+    _, v, _, error = jax.lax.while_loop(keep_going, body, (jnp.int32(0), v_start, inf, inf))
+    v = _solved(net, s, jax.lax.stop_gradient(v))
+    # the branch currents of the final voltages, I_branch = down I_bus
+    down = net.down.astype(net.z.real.dtype)
+    x = jnp.conj(s / v) + net.y_sh * v
+    i_br = jax.lax.complex(down @ x.real, down @ x.imag)
+    return v, i_br, error < tol
