@@ -1,6 +1,7 @@
 """Helpers shared by the physics kernels: dtypes and branch admittances."""
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -8,8 +9,9 @@ from evogrid.case.matpower import BR_B, BR_R, BR_X, BS, GS, SHIFT, Case
 
 
 def float_dtype():
-    """float32 by default, float64 when `jax_enable_x64` is on (at the time of the call)."""
-    return jnp.zeros(()).dtype
+    """float32 by default, float64 when `jax_enable_x64` is on (at the time of the call; no array is made,
+    so set-up code that calls this per field dispatches nothing)."""
+    return jax.dtypes.canonicalize_dtype(np.float64)
 
 
 def complex_dtype():

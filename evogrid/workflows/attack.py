@@ -26,11 +26,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
-from jax.flatten_util import ravel_pytree
 
 from evogrid.algorithms import EVOSAX_ALGORITHMS, EvosaxStrategy
 from evogrid.envs.trans import TransGridEnv
-from evogrid.networks import make_vmap_mlp
+from evogrid.networks import flat_init, make_vmap_mlp
 from evogrid.rollout import rollout
 from evogrid.utils.config import Config, param
 from evogrid.workflows.base import EVAL_SEED, Workflow
@@ -82,7 +81,7 @@ class AttackWorkflow(Workflow):
             raise ValueError(f"attack_steps {config.attack_steps} is longer than the day ({p.max_steps} steps)")
         self.damage_idx = np.asarray([self.cost_names.index(n) for n in DAMAGE])
         self.model, _, _ = make_vmap_mlp(self.obs_dim, self.act_dim, config.hidden, "tanh")
-        flat, self.unravel = ravel_pytree(self.model.init(jax.random.key(0), jnp.zeros((self.obs_dim,))))
+        flat, self.unravel = flat_init(self.model, jax.random.key(0), self.obs_dim)
         self.num_params = flat.size
         self.operator = EvosaxStrategy(config.strategy, config.pop_size, flat, config.sigma, config.learning_rate)
         self.attack_dim = self.candidates.size + config.budget
@@ -117,7 +116,7 @@ class AttackWorkflow(Workflow):
 
     def _init(self, key) -> AttackState:
         k_key, k_mean, k_op, k_att = jax.random.split(key, 4)
-        mean = ravel_pytree(self.model.init(k_mean, jnp.zeros((self.obs_dim,))))[0]
+        mean = flat_init(self.model, k_mean, self.obs_dim)[0]
         return AttackState(key=jax.random.key_data(k_key), operator=self.operator.init(k_op, mean),
                            attacker=self.attacker.init(k_att, jnp.zeros(self.attack_dim, mean.dtype)),
                            generation=jnp.zeros((), jnp.int32))

@@ -71,9 +71,9 @@ class Workflow:
 
     def init(self, key=None):
         """The initial run state; `key` defaults to `jax.random.key(config.seed)`. Also builds the validation
-        and test days (outside any compiled function), which `step` and `evaluate` use."""
-        for split in ("val", "test"):
-            self.split_params(split)
+        days (outside any compiled function), which `step` uses; the test days are built when `evaluate`
+        first needs them (one set-up fewer before the first generation)."""
+        self.split_params("val")
         return self._init(jax.random.key(self.config.seed) if key is None else key)
 
     @jit_method()

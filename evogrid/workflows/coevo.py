@@ -15,11 +15,10 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 from flax import struct
-from jax.flatten_util import ravel_pytree
 
 from evogrid.algorithms import EVOSAX_ALGORITHMS, EvosaxStrategy
 from evogrid.envs.market import GenCoMarketEnv
-from evogrid.networks import make_vmap_mlp
+from evogrid.networks import flat_init, make_vmap_mlp
 from evogrid.rollout import collect
 from evogrid.utils.config import Config, param
 from evogrid.workflows.base import EVAL_SEED, Workflow
@@ -63,7 +62,7 @@ class CoevolutionWorkflow(Workflow):
         # flat action index of each (company, slot); padded slots point at an extra, dropped entry
         self.slot = jnp.asarray([list(a) + [self.act_dim] * (width - len(a)) for a, _ in specs.values()], jnp.int32)
         self.model, _, _ = make_vmap_mlp(self.obs_dim, width, config.hidden, "tanh")
-        flat, self.unravel = ravel_pytree(self.model.init(jax.random.key(0), jnp.zeros((self.obs_dim,))))
+        flat, self.unravel = flat_init(self.model, jax.random.key(0), self.obs_dim)
         self.strategy = EvosaxStrategy(config.strategy, config.pop_size, flat, config.sigma, config.learning_rate)
 
     def metric_names(self) -> dict:
@@ -71,7 +70,7 @@ class CoevolutionWorkflow(Workflow):
 
     def _init(self, key) -> CoevoState:
         keys = jax.random.split(key, 2 * len(self.agents) + 1)
-        means = jnp.stack([ravel_pytree(self.model.init(k, jnp.zeros((self.obs_dim,))))[0] for k in keys[1:1 + len(self.agents)]])
+        means = jnp.stack([flat_init(self.model, k, self.obs_dim)[0] for k in keys[1:1 + len(self.agents)]])
         es = jax.vmap(self.strategy.init)(keys[1 + len(self.agents):], means)
         return CoevoState(key=jax.random.key_data(keys[0]), es_state=es, generation=jnp.zeros((), jnp.int32))
 

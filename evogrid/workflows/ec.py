@@ -25,13 +25,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import struct
-from jax.flatten_util import ravel_pytree
 
 from evogrid.algorithms import EVOSAX_ALGORITHMS, EvosaxStrategy, GeneticAlgorithm
 from evogrid.algorithms.es import ANTITHETIC
 from evogrid.constraints import ConstraintConfig, Lagrangian
 from evogrid.envs.wrappers import TrainingWrapper
-from evogrid.networks import RunningNorm, make_vmap_mlp
+from evogrid.networks import RunningNorm, flat_init, make_vmap_mlp
 from evogrid.networks.mlp import ACTIVATIONS
 from evogrid.rollout import rollout
 from evogrid.utils.config import param
@@ -110,7 +109,7 @@ class ECWorkflow(Workflow):
             raise ValueError(f"eval_block {config.eval_block} must divide each device's share of the population "
                              f"({share} = pop_size {config.pop_size} / {self.mesh.devices.size} devices)")
         self.model, _, _ = make_vmap_mlp(self.obs_dim, self.act_dim, config.hidden, config.activation)
-        flat, self.unravel = ravel_pytree(self.model.init(jax.random.key(0), jnp.zeros((self.obs_dim,))))
+        flat, self.unravel = flat_init(self.model, jax.random.key(0), self.obs_dim)
         self.num_params = flat.shape[0]
         if config.algorithm == "GA":
             self.strategy = GeneticAlgorithm(config.pop_size, config.elite, config.sigma, config.mutation_rate)
@@ -126,7 +125,7 @@ class ECWorkflow(Workflow):
     # --- workflow ----------------------------------------------------------------------
     def _init(self, key) -> ECState:
         k_init, k_es, key = jax.random.split(key, 3)
-        mean, _ = ravel_pytree(self.model.init(k_init, jnp.zeros((self.obs_dim,))))
+        mean, _ = flat_init(self.model, k_init, self.obs_dim)
         state = ECState(
             key=jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key,
             es_state=self.strategy.init(k_es, mean),

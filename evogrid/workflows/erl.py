@@ -28,6 +28,7 @@ from evogrid.algorithms import CEM, TD3, GeneticAlgorithm, TD3Hyperparams, injec
 from evogrid.constraints import ConstraintConfig, Lagrangian
 from evogrid.envs.wrappers import TrainingWrapper
 from evogrid.rollout import collect
+from evogrid.networks import flat_init
 from evogrid.utils.config import param
 from evogrid.utils.jax_utils import tree_where
 from evogrid.workflows.base import Workflow, better
@@ -84,7 +85,7 @@ class ERLWorkflow(Workflow):
         super().__init__(config, env, env_params)
         hyper = {f.name: getattr(config, f.name) for f in dataclasses.fields(TD3Hyperparams)}
         self.td3 = TD3(TD3Hyperparams(**hyper), self.obs_dim, self.act_dim, len(self.cost_names), config.hidden)
-        _, self.unravel = ravel_pytree(self.td3.actor.init(jax.random.key(0), jnp.zeros((self.obs_dim,))))
+        _, self.unravel = flat_init(self.td3.actor, jax.random.key(0), self.obs_dim)
         if config.algorithm == "erl":
             self.strategy = GeneticAlgorithm(config.pop_size, config.elite, config.mutation_sigma, config.mutation_rate)
         else:
