@@ -214,8 +214,8 @@ def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hou
     `forecast_steps` intervals' total load (share of the feeder's total Pd) and mean PV availability (`profiles.forecast_features`: error `forecast_error` x sqrt(lead)).
 
     `sweeps`: the most backward/forward sweeps per step, warm-started from the previous step's
-    voltages; they stop once the voltages change by less than the dtype's tolerance (3 to 5
-    sweeps on random-action days of 33bw and 141).
+    voltages; they stop once their error estimate is below the dtype's tolerance (`backward_forward_sweep`;
+    4 to 5 sweeps on random-action days of 141).
     """
     case, fields = feeder_fields(case, max_steps, delta_t_hours, pv_buses=pv_buses, pv_rating_mw=pv_rating_mw,
                                  inverter_oversize=inverter_oversize, flex_buses=flex_buses, shift_max=shift_max,
