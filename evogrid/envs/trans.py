@@ -416,7 +416,7 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
             np.maximum(rate, derived_n1_ratings(case, model, contingencies, rating_margin)) if derive else n1_rating * rate),
     )
     init = _initial_states(params, _start_dispatch(case, load_p, float(case.bus[:, GS].sum())))
-    return params.replace(init=init, init_obs=jax.jit(jax.vmap(TransGridEnv()._obs, in_axes=(0, None)))(init, params))  # jit: eager ops cost 0.8 s
+    return params.replace(init=init, init_obs=_day_obs(init, params))  # compiled: eager ops cost 0.8 s
 
 
 def setpoints_in_band(case: Case) -> Case:
@@ -541,19 +541,24 @@ def _start_dispatch(case: Case, load_p: np.ndarray, gs_total: float) -> np.ndarr
     return np.array(out)
 
 
+def _day_start(pg, load_p, load_q, out, params: TransParams) -> TransState:
+    """One day's start state: the power flow of dispatch `pg` at the first interval's loads."""
+    empty = jnp.zeros(0, pg.dtype)
+    start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=jnp.zeros_like(params.rate),
+                       vm=jnp.abs(params.acn.v0).astype(pg.dtype) if params.ac else empty,
+                       va=jnp.angle(params.acn.v0).astype(pg.dtype) if params.ac else empty)
+    # a cold start: full Newton (set-up cost only), not the warm-started steps' method
+    params_cold = params.replace(ac_iters=10, ac_jinv=None) if params.ac else params
+    pg, flow, vm, va, _ = _solve(pg, load_p, load_q, start, params_cold, out)
+    return start.replace(pg=pg, flow=flow, vm=vm, va=va)
+
+
+# module-level, so that every `make` of the same task and split reuses the compiled set-up
+_day_starts = jax.jit(jax.vmap(_day_start, in_axes=(0, 0, 0, 0, None)))
+_day_obs = jax.jit(jax.vmap(lambda state, params: TransGridEnv()._obs(state, params), in_axes=(0, None)))
+
+
 def _initial_states(params: TransParams, start_pg) -> TransState:
     """Start-of-day states [n_days] from the start dispatch [n_days, n_units] and its power flow."""
-
-    def one_day(pg, load_p, load_q, out):
-        empty = jnp.zeros(0, pg.dtype)
-        start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=jnp.zeros_like(params.rate),
-                           vm=jnp.abs(params.acn.v0).astype(pg.dtype) if params.ac else empty,
-                           va=jnp.angle(params.acn.v0).astype(pg.dtype) if params.ac else empty)
-        # a cold start: full Newton (set-up cost only), not the warm-started steps' method
-        params_cold = params.replace(ac_iters=10, ac_jinv=None) if params.ac else params
-        pg, flow, vm, va, _ = _solve(pg, load_p, load_q, start, params_cold, out)
-        return start.replace(pg=pg, flow=flow, vm=vm, va=va)
-
-    states = jax.jit(jax.vmap(one_day))(as_float(start_pg), params.load_p[:, 0], params.load_q[:, 0],
-                                        params.outage_schedule[:, 0])
+    states = _day_starts(as_float(start_pg), params.load_p[:, 0], params.load_q[:, 0], params.outage_schedule[:, 0], params)
     return states.replace(day=jnp.arange(params.load_p.shape[0], dtype=jnp.int32))
