@@ -83,6 +83,11 @@ def _longest(x, dx):
     return jnp.minimum(1.0, jnp.min(jnp.where(dx < 0, -x / jnp.where(dx < 0, dx, -1.0), jnp.inf)))
 
 
+def _attainable(tol: float, dtype) -> float:
+    """The residual tolerance that round-off in the normal equations allows: max(`tol`, 1000 eps)."""
+    return max(tol, 1000 * float(jnp.finfo(dtype).eps))
+
+
 def box_lp(c, a, b, u, iters: int = 50, tol: float = 1e-10):
     """min c'z  s.t.  A z = b, 0 <= z <= u  (u > 0) by Mehrotra's predictor-corrector interior-point
     method on the KKT conditions  A'y + s - v = c,  A z = b,  z s = mu,  w v = mu,  w = u - z,  s, v >= 0
@@ -95,7 +100,7 @@ def box_lp(c, a, b, u, iters: int = 50, tol: float = 1e-10):
     """
     n = c.shape[0]
     lp = (c, a, b, u)
-    res_tol = max(tol, 1000 * float(jnp.finfo(c.dtype).eps))
+    res_tol = _attainable(tol, c.dtype)
 
     def body(carry):
         k, point, _ = carry
@@ -163,6 +168,25 @@ def vertex(lp, point, tol: float):
     return jnp.where(found, x, z), jnp.where(found, y_v, y), found
 
 
+@jax.custom_jvp
+def _lp_solution(lp, point, z, y):
+    """The solver's (z, y) for the box LP `lp`, reached at the interior point `point`: free in a rollout
+    that is not differentiated; its derivative is that of one centred Newton step from `point` (below)."""
+    return z, y
+
+
+@_lp_solution.defjvp
+def _lp_solution_jvp(primals, tangents):
+    lp, point, z, y = primals
+    d_lp = tangents[0]
+    # the point held off the bounds by sqrt(eps), so that the step stays finite
+    zc, wc, yc, sc, vc = point
+    zc, wc, sc, vc = (jnp.maximum(x, jnp.sqrt(jnp.finfo(zc.dtype).eps)) for x in (zc, wc, sc, vc))
+    mu = (zc @ sc + wc @ vc) / (2 * zc.shape[0])
+    _, (dz, dy) = jax.jvp(lambda l: _newton(l, (zc, wc, yc, sc, vc), mu - zc * sc, mu - wc * vc)[:2], (lp,), (d_lp,))
+    return (z, y), (dz, dy)
+
+
 def dc_opf(opf: DCOPF, prices, caps, load_bus, iters: int = 50, tol=None):
     """Solve the DC-OPF. `prices`, `caps` [K]; `load_bus` [n_bus] MW. Returns (dispatch [K] MW,
     LMP [n_bus] $/MWh, line flows [n_lim] MW).
@@ -173,8 +197,9 @@ def dc_opf(opf: DCOPF, prices, caps, load_bus, iters: int = 50, tol=None):
     the relative residuals and duality gap are below `tol`: 1e-10 in float64, 1e-8 in float32, in units
     scaled by `base` MW and the largest price). LMP = lambda + PTDF' y_lines from the rows' multipliers.
     Segments of zero capacity are held at zero. The solve runs on constants; the derivatives are those of
-    one centred Newton step from its point on the real inputs (the values stay the solver's). Make demand always coverable by offering
-    load shedding as segments at a price cap.
+    one centred Newton step from its point on the real inputs (`_lp_solution`: computed only when
+    differentiating, the values stay the solver's). Make demand always coverable by offering load
+    shedding as segments at a price cap.
     """
     dtype = prices.dtype
     scale_c = jnp.maximum(jnp.max(jnp.abs(prices)), 1.0)
@@ -188,16 +213,10 @@ def dc_opf(opf: DCOPF, prices, caps, load_bus, iters: int = 50, tol=None):
     c = jnp.concatenate([prices / scale_c, jnp.zeros(n_lim, dtype)])
     u = jnp.concatenate([jnp.where(caps > 0, caps / opf.base, 1.0), 2 * fmax])
     tol = (1e-10 if jnp.finfo(dtype).bits == 64 else 1e-8) if tol is None else tol
-    res_tol = max(tol, 1000 * float(jnp.finfo(dtype).eps))
     lp = (c, a, b, u)
     point = jax.lax.stop_gradient(box_lp(*jax.lax.stop_gradient(lp), iters=iters, tol=tol))
-    # (at a point held off the bounds by sqrt(eps), so that the step stays finite)
-    z, w, y, s, v = point
-    z, w, s, v = (jnp.maximum(x, jnp.sqrt(jnp.finfo(dtype).eps)) for x in (z, w, s, v))
-    mu = (z @ s + w @ v) / (2 * z.shape[0])
-    dz, dy, _, _ = _newton(lp, (z, w, y, s, v), mu - z * s, mu - w * v)
-    z, y, _ = vertex(lp, point, res_tol)
-    z, y = z + dz - jax.lax.stop_gradient(dz), y + dy - jax.lax.stop_gradient(dy)  # values stay the solver's
+    z, y, _ = jax.lax.stop_gradient(vertex(lp, point, _attainable(tol, dtype)))
+    z, y = _lp_solution(lp, point, z, y)
     dispatch = z[:n_seg] * live[:n_seg] * opf.base
     lmp = scale_c * (y[0] + opf.ptdf.T @ y[1:])
     flows = opf.seg_ptdf @ dispatch + base_flow * opf.base
