@@ -7,7 +7,7 @@ is 1 when bus j lies downstream of branch k. One sweep is
 which the sweeps compute as one product V = V_root - Z I_bus with Z = down.T diag(z) down
 (precomputed), the branch currents once at the end.
 Line charging enters as shunts (b/2 at each end); taps and phase shifters are
-not part of the radial model and are refused. Sweeps repeat until the largest voltage change
+not part of the radial model and are refused. Sweeps repeat until their estimated voltage error
 falls below a tolerance that follows the dtype (or a static maximum is reached), and the
 result says whether they converged: a feeder loaded beyond its capability has no solution.
 """
@@ -91,10 +91,15 @@ def default_sweep_tol(dtype) -> float:
     return 1e-10 if jnp.finfo(dtype).bits == 64 else 2e-7
 
 
+def _bus_current(net: RadialNetwork, s, v):
+    """I_bus = conj(S / V) + y_sh V: the current each bus draws at voltages `v`."""
+    return jnp.conj(s / v) + net.y_sh * v
+
+
 def _sweep(net: RadialNetwork, s, v):
     """One backward/forward sweep from voltages `v`: V_root - Z I_bus(v), the complex product by Gauss's
     three real products (Re Z x_r, Im Z x_i, (Re Z + Im Z)(x_r + x_i)), 3/4 of the work of four."""
-    x = jnp.conj(s / v) + net.y_sh * v
+    x = _bus_current(net, s, v)
     zr, zi, zs = net.drop
     t1, t2, t3 = zr @ x.real, zi @ x.imag, zs @ (x.real + x.imag)
     return net.v_root - jax.lax.complex(t1 - t2, t3 - t1 - t2)
@@ -167,7 +172,6 @@ def backward_forward_sweep(net: RadialNetwork, s_load_pu: jnp.ndarray, v0: jnp.n
     _, v, _, error = jax.lax.while_loop(keep_going, body, (jnp.int32(0), v_start, inf, inf))
     v = _solved(net, s, jax.lax.stop_gradient(v))
     # the branch currents of the final voltages, I_branch = down I_bus
-    down = net.down.astype(net.z.real.dtype)
-    x = jnp.conj(s / v) + net.y_sh * v
-    i_br = jax.lax.complex(down @ x.real, down @ x.imag)
+    x = _bus_current(net, s, v)
+    i_br = jax.lax.complex(net.down @ x.real, net.down @ x.imag)
     return v, i_br, error < tol
