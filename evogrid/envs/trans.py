@@ -555,7 +555,7 @@ def _day_start(pg, load_p, load_q, out, params: TransParams) -> TransState:
 
 # module-level, so that every `make` of the same task and split reuses the compiled set-up
 _day_starts = jax.jit(jax.vmap(_day_start, in_axes=(0, 0, 0, 0, None)))
-_day_obs = jax.jit(jax.vmap(lambda state, params: TransGridEnv()._obs(state, params), in_axes=(0, None)))
+_day_obs = jax.jit(jax.vmap(TransGridEnv()._obs, in_axes=(0, None)))
 
 
 def _initial_states(params: TransParams, start_pg) -> TransState:

@@ -27,8 +27,8 @@ from jax.flatten_util import ravel_pytree
 from evogrid.algorithms import CEM, TD3, GeneticAlgorithm, TD3Hyperparams, inject
 from evogrid.constraints import ConstraintConfig, Lagrangian
 from evogrid.envs.wrappers import TrainingWrapper
-from evogrid.rollout import collect
 from evogrid.networks import flat_init
+from evogrid.rollout import collect
 from evogrid.utils.config import param
 from evogrid.utils.jax_utils import tree_where
 from evogrid.workflows.base import Workflow, better
