@@ -36,11 +36,11 @@ def test_security_constrained_oracle_replays_secure_through_the_outage_env():
     line outage in force; the N-1 secure schedule costs more than the same day's unsecured optimum."""
     with jax.enable_x64(True):
         env, params = make("tso-case14-n1", split="test")
-        secure = dc_opf_oracle(params, days=range(8))
-        plain = dc_opf_oracle(params.replace(contingencies=None), days=range(8))  # the same problem without N-1 rows
+        secure = dc_opf_oracle(params)
+        plain = dc_opf_oracle(params.replace(contingencies=None))  # the same problem without N-1 rows
         solved = [r for r in secure if r.status == "optimal"]
         assert len(solved) >= 4 and any(r.n1_rows for r in solved)
-        assert np.any(np.asarray(params.outage_schedule)[:8] >= 0)
+        assert np.any(np.asarray(params.outage_schedule) >= 0)
         for r in solved:
             ret, costs = replay(env, params, r.day, dispatch_action(params, r.pg))
             np.testing.assert_allclose(ret, -r.cost, rtol=1e-6)
@@ -68,12 +68,13 @@ def test_one_step_dc_opf_matches_pypower_rundcopf(name):
     np.testing.assert_allclose(day.pg[0], ref["gen"][:, PG], atol=1e-4)
 
 
-@pytest.mark.parametrize("task, line, ramp, myopic_gap", [("tso-case14", 0.1, 0.05, 0.0), ("tso-case5", 0.9, 0.9, 0.05)])
+@pytest.mark.parametrize("task, line, ramp, myopic_gap", [("tso-case14", 0.2, 0.9, 0.2), ("tso-case5", 0.9, 0.9, 0.05)])
 def test_limits_bind_in_the_oracle_schedule(task, line, ramp, myopic_gap):
     """Lines and ramps bind on the test days (case14: derived ratings, 1.1 x the economic dispatch's flows at
-    its own loads, and merit ramp rates; case5: its own ratings); on case5 the myopic policy pays more than
-    the oracle. Measured: case14 lines 13% / ramps 7% of the days the oracle solves (15 of 16), myopic gap
-    0.00%; case5 lines and ramps 100%, myopic gap 0.15% (feasible on 4 of 16 days)."""
+    its own loads, and merit ramp rates, its slack among the slow units; case5: its own ratings), and the
+    myopic policy pays clearly more than the oracle. Measured: case14 lines 27% / ramps 100% of the days the
+    oracle solves (15 of 16), myopic gap 0.30% (feasible on 9 of 16 days); case5 lines and ramps 100%,
+    myopic gap 0.10% (feasible on 3 of 16 days)."""
     s = baselines.baseline(task, refresh=True)["summary"]
     assert s["binding_share"]["line"] >= line and s["binding_share"]["ramp"] >= ramp
     assert s["myopic_gap_pct"] >= myopic_gap

@@ -6,8 +6,9 @@ import pytest
 from conftest import ppc_of, pypower_opts
 
 from evogrid.case import load_case
-from evogrid.case.matpower import PD, PG, QD, VA, VG, VM
+from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
+from evogrid.baselines.tso import dispatch_action
 from evogrid.envs.trans import setpoints_in_band
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
@@ -150,7 +151,7 @@ def _one_step(params, action, day=0):
 
 
 def test_dc_dispatch_balance_ramp_and_costs():
-    """Case5 in DC: balance, action mapping, ramp clipping and the cost channels by hand."""
+    """Case5 in DC: action mapping, ramp clipping, load following (AGC) and the cost channels by hand."""
     with jax.enable_x64(True):
         case = load_case("5")
         params = make_trans_params(case, max_steps=4, n_days=2, default_ramp_per_hour=0.5)
@@ -160,10 +161,15 @@ def test_dc_dispatch_balance_ramp_and_costs():
         pg = np.asarray(new.pg)
         # lossless DC: generation equals load (case5 has no shunts)
         np.testing.assert_allclose(pg.sum(), load.sum(), rtol=1e-12)
-        # unit 0 (Pmax 40) asked for +1: Pmax, or its previous output plus the ramp (0.5 * Pmax/h * 0.5 h)
-        prev = np.asarray(state.pg)
-        np.testing.assert_allclose(pg[0], min(40.0, prev[0] + 0.25 * 40.0))
-        np.testing.assert_allclose(pg[1], max(0.0, prev[1] - 0.25 * 170.0))  # asked for Pmin
+        # set-points: [-1, 1] onto [Pmin, Pmax], then within ramp limits (0.5 * Pmax/h * 0.5 h) of the last output
+        prev, pmin, pmax = np.asarray(state.pg), case.gen[:, PMIN], case.gen[:, PMAX]
+        lo, hi = np.maximum(pmin, prev - 0.25 * pmax), np.minimum(pmax, prev + 0.25 * pmax)
+        setpoint = np.clip(pmin + 0.5 * (np.asarray(action) + 1.0) * (pmax - pmin), lo, hi)
+        # the load the set-points miss is shared in proportion to each unit's room in the needed direction
+        miss = load.sum() - setpoint.sum()
+        room = hi - setpoint if miss > 0 else setpoint - lo
+        assert abs(miss) > 1.0 and abs(miss) < room.sum()  # the case this test is about: AGC covers it all
+        np.testing.assert_allclose(pg, setpoint + miss * room / room.sum(), rtol=1e-12, atol=1e-9)
         slack = int(np.argmax(np.asarray(params.slack)))
         assert case.gen_bus[slack] == case.ref_bus
         # cost: linear gencost c1 * P for every unit at its actual output (the slack too, whatever its sign), over 0.5 h, x 1e-3
@@ -180,10 +186,34 @@ def test_dc_dispatch_balance_ramp_and_costs():
         np.testing.assert_allclose(float(costs[2]), max(abs(ps - prev[slack]) - ramp_s, 0) / 100, atol=1e-12)
 
 
-def test_thermal_cost_is_positive_when_a_line_overloads():
-    """Case5 at night (~583 MW): units 3 and 5 at full output push ~305 MW over the 240 MW line 4-5."""
+def test_load_following_leaves_the_rest_to_the_slack():
+    """When the units' room cannot cover the load the set-points miss, every unit goes to its limit and the
+    slack takes the remainder, beyond its ramp (the `ramp` channel); set-points that meet the load stay."""
     with jax.enable_x64(True):
-        params = make_trans_params("5", max_steps=4, n_days=1, default_ramp_per_hour=100.0)
+        params = make_trans_params("5", max_steps=4, n_days=1, default_ramp_per_hour=0.1)
+        state = jax.tree_util.tree_map(lambda x: x[0], params.init)
+        state = state.replace(pg=0.6 * state.pg)  # far below the load: more than every unit's ramp can make up
+        new, costs = TransGridEnv().step_env(jax.random.key(0), state, -jnp.ones(5), params)[1:4:2]
+        prev, ramp = np.asarray(state.pg), np.asarray(params.ramp)
+        slack = int(np.argmax(np.asarray(params.slack)))
+        others = np.arange(5) != slack
+        np.testing.assert_allclose(np.asarray(new.pg)[others], (prev + ramp)[others], rtol=1e-12)
+        beyond = abs(float(new.pg[slack]) - prev[slack]) - ramp[slack]
+        assert beyond > 1.0
+        np.testing.assert_allclose(float(costs[2]), beyond / 100.0, rtol=1e-9)
+        # a balanced dispatch within every limit is taken as it is
+        start = np.asarray(params.init.pg[0])
+        pg = start * float(np.sum(params.load_p[0, 0])) / start.sum()
+        _, (_, kept, _, _, _, _) = _one_step(params, jnp.asarray(dispatch_action(params, pg)))
+        np.testing.assert_allclose(np.asarray(kept.pg), pg, rtol=1e-12)
+
+
+def test_thermal_cost_is_positive_when_a_line_overloads():
+    """Case5 at 1.2 x its own loads (1200 MW): the units at buses 3 and 5 at full output (1120 MW) push more
+    than the 240 MW line 4-5 carries; the other three share the remaining 80 MW."""
+    with jax.enable_x64(True):
+        load = np.broadcast_to(1.2 * load_case("5").bus[:, PD], (1, 4, 5))
+        params = make_trans_params("5", max_steps=4, n_days=1, default_ramp_per_hour=100.0, load_p=load)
         _, (_, new, _, costs, _, _) = _one_step(params, jnp.array([-1.0, -1.0, 1.0, -1.0, 1.0]))
         flow = np.abs(np.asarray(new.flow))
         assert flow[5] > 240.0 and flow[0] < 400.0  # only line 4-5 (rated 240 MW) is over its rating

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from conftest import metrics_rows
 
+from evogrid import baselines
 from evogrid.algorithms import EvosaxStrategy
 from evogrid.envs import make
 from evogrid.utils.checkpoint import CheckpointError
@@ -48,33 +49,31 @@ def test_sign_flip_makes_evosax_maximise():
 
 @pytest.mark.slow
 def test_open_es_learns_tso_case5():
-    """Seeded Open_ES with the default Lagrangian: in 25 generations of 32 the chosen policy's summed violation on
-    the test days falls below a tenth of the initial policy's (measured 45.0 -> 1.4), its return falling by less
-    than 20% (measured -293 -> -319: feasibility costs money)."""
+    """Seeded Open_ES with the default Lagrangian, 25 generations of 32: the chosen policy's cost on the test days
+    falls by 5% or more from the initial policy's (mid-range set-points that the load following balances:
+    feasible and dear) and it stays feasible on every test day (measured -314.3 -> -283.7)."""
     cfg = ECConfig(task="tso-case5", pop_size=32, episodes_per_individual=2, hidden=(16,), learning_rate=0.03, seed=1)
     wf = ECWorkflow(cfg)
     state = wf.init()
     before = wf.evaluate(state)
     state, history = wf.learn(state, 25, progress=False)
     after = wf.evaluate(state)
-    assert float(np.sum(after["cost_channels"])) <= 0.1 * float(np.sum(before["cost_channels"]))
-    assert float(after["return"]) >= 1.2 * float(before["return"])
-    assert history[-1]["val_violation"] < history[0]["val_violation"]
+    assert float(after["return"]) >= float(before["return"]) + 0.05 * abs(float(before["return"]))
+    assert float(after["feasible_share"]) == 1.0 and len(history) == 25
 
 
 @pytest.mark.slow
-def test_default_constraint_handling_removes_most_line_overload_on_tso_case5():
-    """The default Open_ES run (Lagrangian) against the same run with constraint="none", 150 generations of 64 x 4
-    episodes, seed 0, on the test days: the line-overload channel falls by over 90% (measured 0.95 -> 0.03 p.u.
-    per day) and the balance channel by over 99% (56 -> 0.02). Zero on every test day is not reached yet."""
-    thermal, balance = {}, {}
-    for mode in ("none", "lagrangian"):
-        wf = ECWorkflow(ECConfig(task="tso-case5", constraint=mode))
-        state, _ = wf.learn(wf.init(), 150, progress=False)
-        costs = np.asarray(wf.evaluate(state)["cost_channels"])
-        thermal[mode], balance[mode] = costs[wf.cost_names.index("thermal")], costs[wf.cost_names.index("balance")]
-    assert thermal["lagrangian"] <= 0.1 * thermal["none"], thermal
-    assert balance["lagrangian"] <= 0.01 * balance["none"], balance
+def test_default_run_is_feasible_on_every_test_day_of_tso_case5():
+    """The default Open_ES run (Lagrangian), 150 generations of 64 x 4 episodes, seed 0: every cost channel is zero
+    on every test day of tso-case5 (whose line 4-5 and ramps bind in the optimal schedule), and the cost is within
+    15% of the perfect-foresight oracle's on the same days (measured 9.9%; with constraint="none" the same run
+    overloads line 4-5 on 2 of the 16 days)."""
+    wf = ECWorkflow(ECConfig(task="tso-case5"))
+    state, _ = wf.learn(wf.init(), 150, progress=False)
+    ev = wf.evaluate(state)
+    assert float(ev["feasible_share"]) == 1.0 and np.all(np.asarray(ev["cost_channels"]) == 0.0)
+    gap, days = baselines.gap(baselines.baseline("tso-case5"), ev["day_return"])
+    assert days == 16 and 0.0 < gap <= 15.0, gap
 
 
 def test_bad_configs():
