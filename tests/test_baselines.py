@@ -12,7 +12,7 @@ from evogrid import baselines, cli
 from evogrid.baselines.tso import dc_opf_oracle, dispatch_action, myopic_policy, replay
 from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG
-from evogrid.envs import make, make_trans_params
+from evogrid.envs import TransGridEnv, make, make_trans_params
 from evogrid.envs.profiles import split_days
 from evogrid.rollout import rollout
 
@@ -282,3 +282,17 @@ def test_ac_opf_reference_costs_its_dispatch_and_replays_close():
         assert abs(-ret[0] - day.cost) / day.cost < 0.01
         tighter = ac.ac_opf_reference(env, params.replace(rate=params.rate * 0.5), case)[0]
         assert tighter.status == "infeasible" or tighter.cost >= day.cost - 1e-9
+
+
+def test_myopic_policy_recovers_after_a_step_beyond_capacity():
+    """A step whose load exceeds the fleet's capacity leaves the slack far above its Pmax (the least violating
+    dispatch); the next step starts from there, and the myopic policy brings the slack back to its range
+    instead of refusing the day. The replayed day reports the violation in the balance and ramp channels."""
+    with jax.enable_x64(True):
+        case = load_case("14")
+        load = np.stack([case.bus[:, PD] * k for k in (1.0, 3.5, 1.0, 1.0)])[None]  # 3.5 x Pd > the 772 MW fleet
+        env = TransGridEnv()
+        params = make_trans_params(case, max_steps=4, n_days=1, load_p=load)
+        returns, costs = myopic_policy(env, params)
+    names = env.constraint_names(params)
+    assert np.all(np.isfinite(returns)) and costs[0, names.index("balance")] > 1.0 and costs[0, names.index("ramp")] > 1.0

@@ -318,7 +318,8 @@ def myopic_policy(env, params, days=None):
         obs, state = env.reset_to_day(jnp.int32(d), params)
         total, cost = 0.0, 0.0
         for t in range(params.max_steps):
-            prev = np.asarray(state.pg, np.float64)
+            # a slack that the last step left outside its range by more than a ramp returns to its nearest bound
+            prev = np.clip(np.asarray(state.pg, np.float64), prob.pmin - prob.ramp, prob.pmax + prob.ramp)
             grids = prob.step_grids(d, [t]) if prob.isf is not None else None
             if grids is not None and grids[0] is None:
                 raise RuntimeError(f"myopic dispatch, day {d} step {t}: the scheduled outages island the grid")
