@@ -124,8 +124,11 @@ def test_evaluation_plays_every_test_day_the_same_way_whatever_the_run():
 def test_baseline_command_prints_and_writes_json(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     code = cli.main(["baseline", "--task", "tso-case5", "--json", str(tmp_path / "b.json")])
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert code == 0 and "days with a binding line limit" in out and "myopic gap to the oracle" in out
+    # progress on stderr, a line per day in a log (not a terminal)
+    assert "  multi-period DC-OPF: day 1/16\n" in captured.err and "  myopic policy: day 16/16\n" in captured.err
     assert (tmp_path / "b.json").is_file() and list((tmp_path / "cache" / "evogrid" / "baselines").glob("tso-case5-test-*.json"))
     assert cli.main(["baseline", "--task", "gymnax:CartPole-v1"]) == 2
     assert "no optimisation baseline for task 'gymnax:CartPole-v1'" in capsys.readouterr().err

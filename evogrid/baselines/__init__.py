@@ -94,9 +94,7 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
             oracle, kind = dcmg.lp_bound(params), "lp_bound"
             m_ret = m_cost = None
         elif name.family == "tso" and "ac" in name.suffixes:
-            progress = lambda k, n: print(f"\r  AC-OPF reference (PYPOWER): day {k}/{n}", end="\n" if k == n else "",  # noqa: E731
-                                          file=sys.stderr, flush=True)
-            oracle, kind = ac.ac_opf_reference(env, params, load_case(name.case), progress=progress), "ac_opf"
+            oracle, kind = ac.ac_opf_reference(env, params, load_case(name.case), progress=_progress("AC-OPF reference (PYPOWER)")), "ac_opf"
             m_ret, m_cost = ac.replay_reference(env, params, oracle)
         elif name.family in ("dso", "ders"):
             oracle, kind = feeder.feeder_oracle(env, params), "feeder_schedule"
@@ -105,8 +103,8 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
             uncontrolled = [play(d, zero)[:2] for d in range(len(oracle))]
             m_ret, m_cost = None, None
         else:
-            oracle, kind = tso.dc_opf_oracle(params), "schedule"
-            m_ret, m_cost = tso.myopic_policy(env, params)
+            oracle, kind = tso.dc_opf_oracle(params, progress=_progress("multi-period DC-OPF")), "schedule"
+            m_ret, m_cost = tso.myopic_policy(env, params, progress=_progress("myopic policy"))
         feasible = [r.day for r in oracle if r.status == "optimal"]
     report = {
         "task": task, "split": split, "days": int(len(oracle)), "oracle_kind": kind,
@@ -125,6 +123,17 @@ def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1))
     return report
+
+
+def _progress(what: str):
+    """`progress(done, total)` for a loop over days, on stderr: one line rewritten in place on a terminal,
+    a plain line per day in a log."""
+    tty = sys.stderr.isatty()
+
+    def show(done, total):
+        end = "\n" if done == total or not tty else ""
+        print(f"{chr(13) if tty else ''}  {what}: day {done}/{total}", end=end, file=sys.stderr, flush=True)
+    return show
 
 
 def gap(report: dict, returns) -> tuple[float, int]:

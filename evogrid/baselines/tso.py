@@ -261,13 +261,16 @@ class _Problem:
         return line, ramp
 
 
-def dc_opf_oracle(params, days=None, max_rounds: int = 50) -> list[DaySchedule]:
+def dc_opf_oracle(params, days=None, max_rounds: int = 50, progress=None) -> list[DaySchedule]:
     """The perfect-foresight multi-period DC-OPF of each day (default: every day of `params`); on tasks
     with outages and N-1 screening, security-constrained (rows added by constraint generation, at most
-    `max_rounds` solves a day)."""
+    `max_rounds` solves a day). `progress(done, total)` is called after each day."""
     prob = _Problem(params)
     out = []
-    for d in range(prob.load.shape[0]) if days is None else days:
+    days = list(range(prob.load.shape[0]) if days is None else days)
+    for k, d in enumerate(days):
+        if progress and k:
+            progress(k, len(days))
         grids = prob.step_grids(d) if prob.isf is not None else None
         if grids is not None and any(g is None for g in grids):
             out.append(DaySchedule(int(d), "islanded", None))
@@ -280,6 +283,8 @@ def dc_opf_oracle(params, days=None, max_rounds: int = 50) -> list[DaySchedule]:
         pg = sol.x[:T * prob.n_units].reshape(T, prob.n_units)
         line, ramp = prob.binding(pg, prob.load[d], prob.start[d], grids)
         out.append(DaySchedule(int(d), "optimal", float(sol.objective), pg, {"line": line, "ramp": ramp}, n1_rows))
+    if progress:
+        progress(len(days), len(days))
     return out
 
 
@@ -305,16 +310,19 @@ def replay(env, params, day: int, actions):
     return float(ret), np.asarray(costs, np.float64)
 
 
-def myopic_policy(env, params, days=None):
+def myopic_policy(env, params, days=None, progress=None):
     """Replayed figures of the myopic policy on each day: (returns [n], costs [n, C]). Each step it solves
     the one-step DC-OPF of the load it observes, within ramp limits of its last dispatch (on -n1 tasks on
     the grid as it is and N-1 secure, by the same constraint generation; where no secure dispatch
-    exists it takes the least violating one without the N-1 rows)."""
+    exists it takes the least violating one without the N-1 rows). `progress(done, total)` after each day."""
     prob = _Problem(params)
     slack = int(np.argmax(np.asarray(params.slack)))
     step = jax.jit(env.step_no_reset)
     returns, costs = [], []
-    for d in range(prob.load.shape[0]) if days is None else days:
+    days = list(range(prob.load.shape[0]) if days is None else days)
+    for k, d in enumerate(days):
+        if progress and k:
+            progress(k, len(days))
         obs, state = env.reset_to_day(jnp.int32(d), params)
         total, cost = 0.0, 0.0
         for t in range(params.max_steps):
@@ -336,4 +344,6 @@ def myopic_policy(env, params, days=None):
             cost = cost + np.asarray(c, np.float64)
         returns.append(total)
         costs.append(cost)
+    if progress:
+        progress(len(days), len(days))
     return np.array(returns), np.array(costs)
