@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from conftest import ppc_of, pypower_opts
 
+from evogrid.baselines.tso import dispatch_action
 from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
-from evogrid.baselines.tso import dispatch_action
 from evogrid.envs.trans import setpoints_in_band
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 

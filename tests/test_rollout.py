@@ -25,10 +25,10 @@ def test_truncation_final_obs_and_resets_match_env_step():
         true_next = ENV.step_no_reset(k_step, s, jnp.zeros(5), PARAMS)[0]
         o, s, r, c, d, _ = ENV.step(k, s, jnp.zeros(5), PARAMS)
         np.testing.assert_allclose(np.asarray(tr.next_obs[t]), np.asarray(true_next), rtol=1e-5)  # float32, jit vs eager
-        np.testing.assert_allclose(float(tr.reward[t]), float(r), rtol=1e-5)
+        np.testing.assert_allclose(float(tr.reward[t]), float(r), rtol=1e-6)
         if t < 6:
             np.testing.assert_allclose(np.asarray(tr.obs[t + 1]), np.asarray(o), rtol=1e-5)  # the carried (reset) obs
-    np.testing.assert_allclose(np.asarray(final_obs), np.asarray(o), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(final_obs), np.asarray(o), rtol=1e-5)  # measured 1.1e-6 on a |flow| / rating entry
     assert int(final_state.time_step) == int(s.time_step) == 1
     assert not np.allclose(np.asarray(tr.next_obs[2]), np.asarray(tr.obs[3]))  # end of day != next day's start
 

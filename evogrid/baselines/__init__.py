@@ -129,10 +129,10 @@ def _progress(what: str):
     """`progress(done, total)` for a loop over days, on stderr: one line rewritten in place on a terminal,
     a plain line per day in a log."""
     tty = sys.stderr.isatty()
+    start = "\r" if tty else ""
 
     def show(done, total):
-        end = "\n" if done == total or not tty else ""
-        print(f"{chr(13) if tty else ''}  {what}: day {done}/{total}", end=end, file=sys.stderr, flush=True)
+        print(f"{start}  {what}: day {done}/{total}", end="\n" if done == total or not tty else "", file=sys.stderr, flush=True)
     return show
 
 

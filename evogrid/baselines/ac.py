@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evogrid.baselines.tso import DaySchedule, dispatch_action, replay
+from evogrid.baselines.tso import DaySchedule, dispatch_action, each_day, replay
 from evogrid.case.matpower import PD, PMAX, PMIN, QD, RATE_A
 
 
@@ -38,9 +38,8 @@ def ac_opf_reference(env, params, case, days=None, progress=None) -> list[DaySch
     ppc["gen"][:, PMIN], ppc["gen"][:, PMAX] = g(params.pmin), g(params.pmax)
     ppc["branch"][:, RATE_A] = g(params.rate)
     dt, scale = float(params.delta_t_hours), float(params.reward_scale)
-    days = range(load_p.shape[0]) if days is None else days
     out = []
-    for k, d in enumerate(days):
+    for d in each_day(range(load_p.shape[0]) if days is None else days, progress):
         pg, cost, ok = [], 0.0, True
         for t in range(params.max_steps):
             ppc["bus"][:, PD], ppc["bus"][:, QD] = load_p[d, t], load_q[d, t]
@@ -51,8 +50,6 @@ def ac_opf_reference(env, params, case, days=None, progress=None) -> list[DaySch
             pg.append(result["gen"][:, 1])
             cost += float(result["f"]) * dt * scale
         out.append(DaySchedule(int(d), "optimal", cost, np.array(pg)) if ok else DaySchedule(int(d), "infeasible", None))
-        if progress:
-            progress(k + 1, len(days))
     return out
 
 

@@ -261,16 +261,23 @@ class _Problem:
         return line, ramp
 
 
+def each_day(days, progress=None):
+    """The days one by one, calling `progress(done, total)` after each (whatever the loop body does with
+    `continue`)."""
+    days = list(days)
+    for k, d in enumerate(days):
+        yield d
+        if progress:
+            progress(k + 1, len(days))
+
+
 def dc_opf_oracle(params, days=None, max_rounds: int = 50, progress=None) -> list[DaySchedule]:
     """The perfect-foresight multi-period DC-OPF of each day (default: every day of `params`); on tasks
     with outages and N-1 screening, security-constrained (rows added by constraint generation, at most
     `max_rounds` solves a day). `progress(done, total)` is called after each day."""
     prob = _Problem(params)
     out = []
-    days = list(range(prob.load.shape[0]) if days is None else days)
-    for k, d in enumerate(days):
-        if progress and k:
-            progress(k, len(days))
+    for d in each_day(range(prob.load.shape[0]) if days is None else days, progress):
         grids = prob.step_grids(d) if prob.isf is not None else None
         if grids is not None and any(g is None for g in grids):
             out.append(DaySchedule(int(d), "islanded", None))
@@ -283,8 +290,6 @@ def dc_opf_oracle(params, days=None, max_rounds: int = 50, progress=None) -> lis
         pg = sol.x[:T * prob.n_units].reshape(T, prob.n_units)
         line, ramp = prob.binding(pg, prob.load[d], prob.start[d], grids)
         out.append(DaySchedule(int(d), "optimal", float(sol.objective), pg, {"line": line, "ramp": ramp}, n1_rows))
-    if progress:
-        progress(len(days), len(days))
     return out
 
 
@@ -319,10 +324,7 @@ def myopic_policy(env, params, days=None, progress=None):
     slack = int(np.argmax(np.asarray(params.slack)))
     step = jax.jit(env.step_no_reset)
     returns, costs = [], []
-    days = list(range(prob.load.shape[0]) if days is None else days)
-    for k, d in enumerate(days):
-        if progress and k:
-            progress(k, len(days))
+    for d in each_day(range(prob.load.shape[0]) if days is None else days, progress):
         obs, state = env.reset_to_day(jnp.int32(d), params)
         total, cost = 0.0, 0.0
         for t in range(params.max_steps):
@@ -344,6 +346,4 @@ def myopic_policy(env, params, days=None, progress=None):
             cost = cost + np.asarray(c, np.float64)
         returns.append(total)
         costs.append(cost)
-    if progress:
-        progress(len(days), len(days))
     return np.array(returns), np.array(costs)
