@@ -57,3 +57,30 @@ def test_safe_rl_wrapper_penalises_with_the_lagrangian():
     assert total.sum() > 0 and bool(done[-1])
     np.testing.assert_allclose(info["episode_cost"][-1], total, rtol=1e-5)
     assert safe.constraint_names(sp) == env.constraint_names(params)
+
+
+def test_validation_choice_counts_a_day_once_some_policy_met_it():
+    """base.Chosen by hand: day 2 has not been met by any policy, so its violation does not decide; once a
+    candidate meets it, it counts for every policy (the kept one included)."""
+    from evogrid.workflows.base import Chosen
+
+    chosen = Chosen.create(3)
+    # first choice: two candidates, both violate on day 2 (never met); b violates there less but earns less
+    k, chosen = chosen.consider(jnp.asarray([-10.0, -12.0]), jnp.asarray([[0.0, 0.0, 0.5], [0.0, 0.0, 0.1]]))
+    assert int(k) == 0 and float(chosen.ret) == -10.0
+    np.testing.assert_array_equal(np.asarray(chosen.seen), [True, True, False])
+    assert float(chosen.violation()) == 0.0
+    # a candidate that violates on day 0 (met before) loses to the kept policy however much it earns
+    k, chosen = chosen.consider(jnp.asarray([-1.0]), jnp.asarray([[0.2, 0.0, 0.7]]))
+    assert int(k) == -1 and float(chosen.ret) == -10.0
+    # this one met day 2 (and no other policy had), so day 2 now counts: the kept policy's 0.5 there loses
+    # to it although it earns less; the record keeps its per-day violations
+    k, chosen = chosen.consider(jnp.asarray([-20.0]), jnp.asarray([[0.0, 0.0, 0.0]]))
+    assert int(k) == 0 and float(chosen.ret) == -20.0
+    np.testing.assert_array_equal(np.asarray(chosen.seen), [True, True, True])
+    np.testing.assert_array_equal(np.asarray(chosen.day_cost), [0.0, 0.0, 0.0])
+    # a day first met while the kept policy violates on it: the feasible newcomer wins
+    chosen = Chosen.create(2)
+    _, chosen = chosen.consider(jnp.asarray([-5.0]), jnp.asarray([[0.0, 0.3]]))
+    k, chosen = chosen.consider(jnp.asarray([-6.0, -4.0]), jnp.asarray([[0.0, 0.0], [0.0, 0.4]]))
+    assert int(k) == 0 and float(chosen.ret) == -6.0

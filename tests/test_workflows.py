@@ -147,7 +147,7 @@ def test_example_subclass_hook_orders_infeasible_below_feasible(short_task):
     np.testing.assert_allclose(f[:2], [-10.0, -5.0])
     assert f[3] < -10.0 and f[2] < f[3]
     state, _ = wf.step(wf.init())
-    assert np.isfinite(float(state.best_val[0]))  # the first generation chose a policy on the validation days
+    assert np.isfinite(float(state.chosen.ret))  # the first generation chose a policy on the validation days
 
 
 def test_trace_day_replays_the_evaluated_policy():

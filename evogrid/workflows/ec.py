@@ -42,7 +42,7 @@ from evogrid.utils.sharding import (
     population_mesh,
     replicate,
 )
-from evogrid.workflows.base import Workflow, better
+from evogrid.workflows.base import Chosen, Workflow
 
 ALGORITHMS = EVOSAX_ALGORITHMS + ("GA",)
 
@@ -87,7 +87,7 @@ class ECState:
     generation: jnp.ndarray     # int32
     best_params: jnp.ndarray    # [D] the policy chosen on the validation days so far (flattened MLP parameters)
     best_obs_norm: RunningNorm  # the observation statistics it runs with
-    best_val: jnp.ndarray       # [2] its validation (mean return, mean summed violation)
+    chosen: Chosen              # its validation record (base.Chosen)
 
 
 class ECWorkflow(Workflow):
@@ -134,7 +134,7 @@ class ECWorkflow(Workflow):
             generation=jnp.zeros((), jnp.int32),
             best_params=mean,
             best_obs_norm=RunningNorm.create(self.obs_dim),
-            best_val=jnp.asarray([-jnp.inf, jnp.inf], mean.dtype),
+            chosen=self.new_chosen(mean.dtype),
         )
         return replicate(state, self.mesh)  # the state lives replicated on the mesh
 
@@ -192,7 +192,7 @@ class ECWorkflow(Workflow):
         due = (state.generation % self.config.select_every == 0)
         candidates = jnp.stack([self.strategy.center(es_state), population[jnp.argmax(fitness)]])
         best = jax.lax.cond(due, lambda: self._select(state, candidates),
-                            lambda: (state.best_params, state.best_obs_norm, state.best_val))
+                            lambda: (state.best_params, state.best_obs_norm, state.chosen))
         norm = state.obs_norm
         if self.config.obs_norm:
             w = metrics["obs_count"] / metrics["obs_count"].sum()  # pool the individuals' moments by count
@@ -202,27 +202,23 @@ class ECWorkflow(Workflow):
         lagrangian = state.lagrangian.update(costs.mean(0), returns.mean(), self.config)
         state = state.replace(
             key=jax.random.key_data(key), es_state=es_state, obs_norm=norm, lagrangian=lagrangian,
-            generation=state.generation + 1, best_params=best[0], best_obs_norm=best[1], best_val=best[2],
+            generation=state.generation + 1, best_params=best[0], best_obs_norm=best[1], chosen=best[2],
         )
         out = {
             "fitness_max": fitness.max(), "fitness_mean": fitness.mean(), "return_mean": returns.mean(),
             "return_max": returns.max(), "cost_total": costs.sum(-1).mean(), "cost_channels": costs.mean(0),
-            "multiplier": lagrangian.multiplier, "val_return": state.best_val[0], "val_violation": state.best_val[1],
+            "multiplier": lagrangian.multiplier, **state.chosen.metrics(),
             "env_steps": (state.generation * self.config.pop_size * self.config.episodes_per_individual
                           * self.env_params.max_steps).astype(jnp.float32),
         }
         return state, out
 
     def _select(self, state: ECState, candidates):
-        """Keep the best of `candidates` [K, D] and the policy kept so far, by validation score (feasibility first)."""
-        ret, viol = jax.vmap(lambda p: self.validation_score(self._policy(p, state.obs_norm)))(candidates)
-        params, norm, val = state.best_params, state.best_obs_norm, state.best_val
-        for k in range(candidates.shape[0]):
-            win = better(ret[k], viol[k], val[0], val[1])
-            params = jnp.where(win, candidates[k], params)
-            norm = tree_where(win, state.obs_norm, norm)
-            val = jnp.where(win, jnp.stack([ret[k], viol[k]]), val)
-        return params, norm, val
+        """Keep the best of `candidates` [K, D] and the policy kept so far on the validation days (`Chosen`)."""
+        ret, day_cost = jax.vmap(lambda p: self.validation_score(self._policy(p, state.obs_norm)))(candidates)
+        k, chosen = state.chosen.consider(ret, day_cost)
+        params = jnp.where(k >= 0, candidates[jnp.maximum(k, 0)], state.best_params)
+        return params, tree_where(k >= 0, state.obs_norm, state.best_obs_norm), chosen
 
     def _evaluate(self, state: ECState):
         """The policy chosen on the validation days, on every test day."""

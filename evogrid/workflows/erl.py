@@ -31,7 +31,7 @@ from evogrid.networks import flat_init
 from evogrid.rollout import collect
 from evogrid.utils.config import param
 from evogrid.utils.jax_utils import tree_where
-from evogrid.workflows.base import Workflow, better
+from evogrid.workflows.base import Chosen, Workflow
 
 ERL_ALGORITHMS = ("erl", "cemrl")
 
@@ -75,7 +75,7 @@ class ERLState:
     key: jnp.ndarray
     generation: jnp.ndarray
     best: jnp.ndarray          # [D] the actor chosen on the validation days (flattened)
-    best_val: jnp.ndarray      # [2] its validation (mean return, mean summed violation)
+    chosen: Chosen             # its validation record (base.Chosen)
 
 
 class ERLWorkflow(Workflow):
@@ -106,7 +106,7 @@ class ERLWorkflow(Workflow):
                         fitness=jnp.full((self.config.pop_size,), -jnp.inf, flat.dtype),
                         lagrangian=Lagrangian.create(len(self.cost_names), self.config, flat.dtype),
                         key=jax.random.key_data(key), generation=jnp.zeros((), jnp.int32), best=flat,
-                        best_val=jnp.asarray([-jnp.inf, jnp.inf], flat.dtype))
+                        chosen=self.new_chosen(flat.dtype))
 
     def _play(self, state: ERLState, actors, key):
         """Every actor ([A, D] flat) plays `episodes` episodes; the last actor (the learner's) with
@@ -175,11 +175,11 @@ class ERLWorkflow(Workflow):
         lagrangian = state.lagrangian.update(costs.mean(0), returns.mean(), cfg)
         # the population's fittest member and the learner's actor against the actor kept so far, on validation days
         candidates = jnp.stack([pop[jnp.argmax(fit)], rl_flat])
-        best, best_val = jax.lax.cond(state.generation % cfg.select_every == 0, lambda: self._select(state, candidates),
-                                      lambda: (state.best, state.best_val))
+        best, chosen = jax.lax.cond(state.generation % cfg.select_every == 0, lambda: self._select(state, candidates),
+                                    lambda: (state.best, state.chosen))
         new = state.replace(learner=learner, strategy=strategy, population=pop, fitness=fit, lagrangian=lagrangian,
-                            key=jax.random.key_data(key), generation=state.generation + 1, best=best, best_val=best_val)
-        metrics.update(val_return=best_val[0], val_violation=best_val[1])
+                            key=jax.random.key_data(key), generation=state.generation + 1, best=best, chosen=chosen)
+        metrics.update(chosen.metrics())
         n_played = (cfg.pop_size + 1) * cfg.episodes * self.env_params.max_steps
         return new, {"fitness_max": fit.max(), "fitness_mean": fit.mean(), "return_mean": returns.mean(),
                      "cost_total": costs.sum(-1).mean(), "cost_channels": costs.mean(0),
@@ -190,12 +190,9 @@ class ERLWorkflow(Workflow):
         return lambda obs: self.td3.actor.apply(self.unravel(flat), obs)
 
     def _select(self, state: ERLState, candidates):
-        ret, viol = jax.vmap(lambda p: self.validation_score(self._actor(p)))(candidates)
-        best, val = state.best, state.best_val
-        for k in range(candidates.shape[0]):
-            win = better(ret[k], viol[k], val[0], val[1])
-            best, val = jnp.where(win, candidates[k], best), jnp.where(win, jnp.stack([ret[k], viol[k]]), val)
-        return best, val
+        ret, day_cost = jax.vmap(lambda p: self.validation_score(self._actor(p)))(candidates)
+        k, chosen = state.chosen.consider(ret, day_cost)
+        return jnp.where(k >= 0, candidates[jnp.maximum(k, 0)], state.best), chosen
 
     def _evaluate(self, state: ERLState):
         """The actor chosen on the validation days (the learner's initial actor before any choice), on every test day."""

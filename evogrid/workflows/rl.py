@@ -24,7 +24,7 @@ from evogrid.envs.wrappers import TrainingWrapper
 from evogrid.rollout import EpisodeStats, collect, track_episodes
 from evogrid.utils.config import param
 from evogrid.utils.jax_utils import strong_types, tree_where
-from evogrid.workflows.base import Workflow, better
+from evogrid.workflows.base import Chosen, Workflow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +61,7 @@ class RLState:
     lagrangian: Lagrangian
     iteration: jnp.ndarray
     best_actor: Any              # the actor chosen on the validation days (every agent state has `actor`)
-    best_val: jnp.ndarray        # [2] its validation (mean return, mean summed violation)
+    chosen: Chosen               # its validation record (base.Chosen)
 
 
 class RLWorkflow(Workflow):
@@ -85,7 +85,7 @@ class RLWorkflow(Workflow):
                         episodes=EpisodeStats.create(self.config.num_envs, len(self.cost_names)),
                         lagrangian=Lagrangian.create(len(self.cost_names), self.config),
                         iteration=jnp.zeros((), jnp.int32), best_actor=agent.actor,
-                        best_val=jnp.asarray([-jnp.inf, jnp.inf]))
+                        chosen=self.new_chosen())
         return strong_types(state)
 
     def _step(self, state: RLState):
@@ -99,16 +99,16 @@ class RLWorkflow(Workflow):
         lagrangian = state.lagrangian.update(episodes.last_cost, episodes.last_return, cfg)
 
         def select():  # the learner's deterministic policy against the one kept so far, on the validation days
-            ret, viol = self.validation_score(self._policy(agent, agent.actor))
-            win = better(ret, viol, state.best_val[0], state.best_val[1])
-            return tree_where(win, agent.actor, state.best_actor), jnp.where(win, jnp.stack([ret, viol]), state.best_val)
+            ret, day_cost = self.validation_score(self._policy(agent, agent.actor))
+            k, chosen = state.chosen.consider(ret[None], day_cost[None])
+            return tree_where(k >= 0, agent.actor, state.best_actor), chosen
 
-        best_actor, best_val = jax.lax.cond((state.iteration + 1) % cfg.select_every == 0, select,
-                                            lambda: (state.best_actor, state.best_val))
+        best_actor, chosen = jax.lax.cond((state.iteration + 1) % cfg.select_every == 0, select,
+                                          lambda: (state.best_actor, state.chosen))
         state = state.replace(key=jax.random.key_data(key), agent=agent, env_state=env_state, obs=obs, episodes=episodes,
-                              lagrangian=lagrangian, iteration=state.iteration + 1, best_actor=best_actor, best_val=best_val)
+                              lagrangian=lagrangian, iteration=state.iteration + 1, best_actor=best_actor, chosen=chosen)
         return state, {"return": episodes.last_return, "cost_total": episodes.last_cost.sum(),
-                       "val_return": best_val[0], "val_violation": best_val[1],
+                       **chosen.metrics(),
                        "cost_channels": episodes.last_cost, "multiplier": lagrangian.multiplier,
                        "env_steps": (state.iteration * cfg.num_envs * cfg.rollout_len).astype(jnp.float32), **metrics}
 
@@ -121,5 +121,5 @@ class RLWorkflow(Workflow):
         return self.evaluate_policy(self.chosen_policy(state))
 
     def chosen_policy(self, state: RLState):
-        actor = tree_where(jnp.isfinite(state.best_val[0]), state.best_actor, state.agent.actor)
+        actor = tree_where(jnp.isfinite(state.chosen.ret), state.best_actor, state.agent.actor)
         return self._policy(state.agent, actor)
