@@ -60,27 +60,30 @@ def test_safe_rl_wrapper_penalises_with_the_lagrangian():
 
 
 def test_validation_choice_counts_a_day_once_some_policy_met_it():
-    """base.Chosen by hand: day 2 has not been met by any policy, so its violation does not decide; once a
-    candidate meets it, it counts for every policy (the kept one included)."""
+    """base.Chosen by hand (one cost channel, weight 10): day 2 has not been met by any policy, so its
+    violation is weighed against the return (score = return - 10 x cost / days); the days met count first.
+    Once a candidate meets day 2 it counts first for every policy, the kept one included."""
     from evogrid.workflows.base import Chosen
 
-    chosen = Chosen.create(3)
-    # first choice: two candidates, both violate on day 2 (never met); b violates there less but earns less
-    k, chosen = chosen.consider(jnp.asarray([-10.0, -12.0]), jnp.asarray([[0.0, 0.0, 0.5], [0.0, 0.0, 0.1]]))
+    w = jnp.asarray([10.0])
+    days = lambda *rows: jnp.asarray(rows)[..., None]  # noqa: E731  [K, n_val, 1]
+    chosen = Chosen.create(3, 1)
+    # both violate on day 2 only: scores -10 - 10 * 0.5 / 3 = -11.67 and -12 - 10 * 0.1 / 3 = -12.33
+    k, chosen = chosen.consider(jnp.asarray([-10.0, -12.0]), days([0.0, 0.0, 0.5], [0.0, 0.0, 0.1]), w)
     assert int(k) == 0 and float(chosen.ret) == -10.0
     np.testing.assert_array_equal(np.asarray(chosen.seen), [True, True, False])
-    assert float(chosen.violation()) == 0.0
+    # with weight 30 the same day-2 violations decide the other way: -15 vs -13
+    _, other = Chosen.create(3, 1).consider(jnp.asarray([-10.0, -12.0]), days([0.0, 0.0, 0.5], [0.0, 0.0, 0.1]),
+                                            jnp.asarray([30.0]))
+    assert float(other.ret) == -12.0
     # a candidate that violates on day 0 (met before) loses to the kept policy however much it earns
-    k, chosen = chosen.consider(jnp.asarray([-1.0]), jnp.asarray([[0.2, 0.0, 0.7]]))
+    k, chosen = chosen.consider(jnp.asarray([-1.0]), days([0.2, 0.0, 0.7]), w)
     assert int(k) == -1 and float(chosen.ret) == -10.0
-    # this one met day 2 (and no other policy had), so day 2 now counts: the kept policy's 0.5 there loses
-    # to it although it earns less; the record keeps its per-day violations
-    k, chosen = chosen.consider(jnp.asarray([-20.0]), jnp.asarray([[0.0, 0.0, 0.0]]))
+    # this one meets day 2, which now counts first: the kept policy's 0.5 there loses to it although it earns less
+    k, chosen = chosen.consider(jnp.asarray([-20.0]), days([0.0, 0.0, 0.0]), w)
     assert int(k) == 0 and float(chosen.ret) == -20.0
     np.testing.assert_array_equal(np.asarray(chosen.seen), [True, True, True])
-    np.testing.assert_array_equal(np.asarray(chosen.day_cost), [0.0, 0.0, 0.0])
-    # a day first met while the kept policy violates on it: the feasible newcomer wins
-    chosen = Chosen.create(2)
-    _, chosen = chosen.consider(jnp.asarray([-5.0]), jnp.asarray([[0.0, 0.3]]))
-    k, chosen = chosen.consider(jnp.asarray([-6.0, -4.0]), jnp.asarray([[0.0, 0.0], [0.0, 0.4]]))
-    assert int(k) == 0 and float(chosen.ret) == -6.0
+    np.testing.assert_array_equal(np.asarray(chosen.day_cost)[:, 0], [0.0, 0.0, 0.0])
+    # with no weight (constraint="none") the days not met do not matter: the higher return wins
+    _, free = Chosen.create(2, 1).consider(jnp.asarray([-6.0, -4.0]), days([0.0, 0.1], [0.0, 0.9]), jnp.asarray([0.0]))
+    assert float(free.ret) == -4.0

@@ -46,43 +46,51 @@ class Chosen:
     """The validation record of the policy a run keeps (every workflow chooses its policy this way).
 
     Candidates are played on the validation days and compared with the kept policy feasibility first
-    (`better`), but a day's violation counts only once some policy played so far has met every limit on
-    that day (`seen`). A day on which no policy has yet been feasible may have no feasible schedule at
-    all (tso-case5 has one such validation day, dso-case33bw several, by the oracle): counting its
-    violation made the choice chase the least unavoidable violation and ignore the return (measured:
-    the case5 choice stuck at a generation-36 policy, dso-case33bw's at the cost of no control). Once a
-    policy is feasible on such a day, the day counts for every policy, the kept one included."""
+    (`better`) on the days some policy played so far has met every limit on (`seen`); on the other days,
+    which may have no feasible schedule at all (tso-case5 has one such validation day, dso-case33bw
+    about half, by the oracle), violation is weighed against the return as training weighs it: the
+    score is the mean return minus those days' costs times the constraint mechanism's current weights
+    (`Lagrangian.weights`). Counting every day's violation first made the choice chase the least
+    unavoidable violation instead of the return (measured: dso-case33bw's choice stayed near the cost
+    of no control); ignoring the unmet days kept a policy that overloads tso-case118's lines 100 times
+    more than the one beside it. Once a policy meets a day, the day counts first for every policy, the
+    kept one included."""
 
     ret: jnp.ndarray        # mean validation return of the kept policy (-inf before the first choice)
-    day_cost: jnp.ndarray   # [n_val] its summed violation on each validation day (+inf before)
+    day_cost: jnp.ndarray   # [n_val, C] its summed cost per channel on each validation day (+inf before)
     seen: jnp.ndarray       # [n_val] bool: some policy played so far met every limit on that day
 
     @classmethod
-    def create(cls, n_days: int, dtype=None) -> Chosen:
+    def create(cls, n_days: int, n_costs: int, dtype=None) -> Chosen:
         dtype = dtype or jnp.zeros(()).dtype
-        return cls(jnp.asarray(-jnp.inf, dtype), jnp.full((n_days,), jnp.inf, dtype), jnp.zeros((n_days,), bool))
+        return cls(jnp.asarray(-jnp.inf, dtype), jnp.full((n_days, n_costs), jnp.inf, dtype), jnp.zeros((n_days,), bool))
 
-    def violation(self, day_cost=None):
-        """Mean violation per validation day over the days that count (of the kept policy by default)."""
-        day_cost = self.day_cost if day_cost is None else day_cost
-        return jnp.mean(jnp.where(self.seen, day_cost, 0.0), axis=-1)
+    def scores(self, ret, day_cost, weights):
+        """(score, violation): the mean return less the weighted costs of the days not yet met, and the mean
+        summed violation per day over the days met, of returns [...] and day costs [..., n_val, C]."""
+        weighted = jnp.sum(jnp.where(weights > 0, day_cost * weights, 0.0), axis=-1)
+        score = ret - jnp.mean(jnp.where(self.seen, 0.0, weighted), axis=-1)
+        return score, jnp.mean(jnp.where(self.seen, jnp.sum(day_cost, axis=-1), 0.0), axis=-1)
 
-    def consider(self, ret, day_cost):
+    def consider(self, ret, day_cost, weights):
         """(index of the winner among K candidates, or -1 when the kept policy stays; the new record), from
-        the candidates' mean returns [K] and per-day violations [K, n_val]."""
-        record = self.replace(seen=self.seen | jnp.any(day_cost <= FEASIBLE_TOL, axis=0))
-        winner, best_ret, best_viol, best_days = jnp.int32(-1), record.ret, record.violation(), record.day_cost
+        the candidates' mean returns [K], costs per validation day [K, n_val, C] and the constraint weights
+        [C] (return units per unit of cost)."""
+        record = self.replace(seen=self.seen | jnp.any(jnp.all(day_cost <= FEASIBLE_TOL, axis=-1), axis=0))
+        score, viol = record.scores(ret, day_cost, weights)
+        best_score, best_viol = record.scores(self.ret, self.day_cost, weights)
+        winner, best_ret, best_days = jnp.int32(-1), self.ret, self.day_cost
         for k in range(ret.shape[0]):
-            viol = record.violation(day_cost[k])
-            win = better(ret[k], viol, best_ret, best_viol)
+            win = better(score[k], viol[k], best_score, best_viol) | jnp.isneginf(best_ret)
             winner = jnp.where(win, k, winner)
-            best_ret, best_viol = jnp.where(win, ret[k], best_ret), jnp.where(win, viol, best_viol)
-            best_days = jnp.where(win, day_cost[k], best_days)
+            best_score, best_viol = jnp.where(win, score[k], best_score), jnp.where(win, viol[k], best_viol)
+            best_ret, best_days = jnp.where(win, ret[k], best_ret), jnp.where(win, day_cost[k], best_days)
         return winner, record.replace(ret=best_ret.astype(self.ret.dtype), day_cost=best_days.astype(self.day_cost.dtype))
 
     def metrics(self) -> dict:
-        """val_return, val_violation (mean over every validation day) and val_counted_days (days that count)."""
-        return {"val_return": self.ret, "val_violation": jnp.mean(self.day_cost),
+        """val_return, val_violation (mean summed violation over every validation day) and val_counted_days
+        (the days some policy has met)."""
+        return {"val_return": self.ret, "val_violation": jnp.mean(jnp.sum(self.day_cost, axis=-1)),
                 "val_counted_days": jnp.sum(self.seen).astype(jnp.float32)}
 
 
@@ -173,14 +181,14 @@ class Workflow:
         return jax.vmap(one)(jnp.arange(n_days, dtype=jnp.int32))
 
     def validation_score(self, policy):
-        """(mean return, summed violation of each validation day [n_val]) of a policy."""
+        """(mean return, summed cost per channel of each validation day [n_val, C]) of a policy."""
         returns, costs = self.play_days(policy, self.split_params("val"))
-        return returns.mean(), costs.sum(-1)
+        return returns.mean(), costs
 
     def new_chosen(self, dtype=None) -> Chosen:
         """The empty validation record (`Chosen`) for this task's validation days."""
         n_days = self.env.num_days(self.split_params("val"))
-        return Chosen.create(self.config.eval_episodes if n_days is None else n_days, dtype)
+        return Chosen.create(self.config.eval_episodes if n_days is None else n_days, len(self.cost_names), dtype)
 
     def evaluate_policy(self, policy) -> dict:
         """Test-day figures of `policy(obs) -> action`: every test day played once from its start of day.

@@ -216,7 +216,7 @@ class ECWorkflow(Workflow):
     def _select(self, state: ECState, candidates):
         """Keep the best of `candidates` [K, D] and the policy kept so far on the validation days (`Chosen`)."""
         ret, day_cost = jax.vmap(lambda p: self.validation_score(self._policy(p, state.obs_norm)))(candidates)
-        k, chosen = state.chosen.consider(ret, day_cost)
+        k, chosen = state.chosen.consider(ret, day_cost, state.lagrangian.weights())
         params = jnp.where(k >= 0, candidates[jnp.maximum(k, 0)], state.best_params)
         return params, tree_where(k >= 0, state.obs_norm, state.best_obs_norm), chosen
 

@@ -191,7 +191,7 @@ class ERLWorkflow(Workflow):
 
     def _select(self, state: ERLState, candidates):
         ret, day_cost = jax.vmap(lambda p: self.validation_score(self._actor(p)))(candidates)
-        k, chosen = state.chosen.consider(ret, day_cost)
+        k, chosen = state.chosen.consider(ret, day_cost, state.lagrangian.weights())
         return jnp.where(k >= 0, candidates[jnp.maximum(k, 0)], state.best), chosen
 
     def _evaluate(self, state: ERLState):

@@ -100,7 +100,7 @@ class RLWorkflow(Workflow):
 
         def select():  # the learner's deterministic policy against the one kept so far, on the validation days
             ret, day_cost = self.validation_score(self._policy(agent, agent.actor))
-            k, chosen = state.chosen.consider(ret[None], day_cost[None])
+            k, chosen = state.chosen.consider(ret[None], day_cost[None], lagrangian.weights())
             return tree_where(k >= 0, agent.actor, state.best_actor), chosen
 
         best_actor, chosen = jax.lax.cond((state.iteration + 1) % cfg.select_every == 0, select,
