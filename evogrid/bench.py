@@ -9,7 +9,8 @@ runs are skipped); a run that fails (e.g. NaN) is recorded with its error and th
 Seeds of one cell run one after another in the same compiled program (one workflow object, a key
 per seed: the learn loop is Python, so seeds are not vmapped). `<out>/results.md` and
 `<out>/results.png` summarise each cell: the gap to the oracle in % of cost (mean over seeds with a
-95% bootstrap interval), the share of feasible test days, wall time and env steps.
+95% bootstrap interval), the share of feasible test days (and of the test days the oracle solves: a
+day with no feasible schedule at all cannot count against a policy), wall time and env steps.
 """
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def run_one(workflow, seed: int, generations: int) -> dict:
     import jax
 
     from evogrid import baselines
+    from evogrid.workflows.base import FEASIBLE_TOL
 
     t0 = time.perf_counter()
     state, history = workflow.learn(workflow.init(jax.random.key(seed)), generations, progress=False)
@@ -78,7 +80,11 @@ def run_one(workflow, seed: int, generations: int) -> dict:
     if not np.all(np.isfinite(day_return)):
         raise FloatingPointError("the evaluated return is not finite")
     if baselines.supported(workflow.config.task):
-        row["gap_pct"], row["gap_days"] = baselines.gap(baselines.baseline(workflow.config.task), day_return)
+        report = baselines.baseline(workflow.config.task)
+        row["gap_pct"], row["gap_days"] = baselines.gap(report, day_return)
+        solved = baselines.solved_days(report)   # a day without any feasible schedule cannot count against a policy
+        met = np.asarray(ev["day_cost"], np.float64)[solved] <= FEASIBLE_TOL
+        row["feasible_solved_share"] = float(met.mean()) if solved else float("nan")
     return row
 
 
@@ -139,17 +145,19 @@ def summarise(rows: list[dict]) -> list[dict]:
                     "gap_pct": mean, "gap_lo": lo, "gap_hi": hi,
                     "return": float(np.mean([r["return"] for r in ok])) if ok else float("nan"),
                     "feasible_share": float(np.mean([r["feasible_share"] for r in ok])) if ok else float("nan"),
+                    "feasible_solved": float(np.mean([r.get("feasible_solved_share", np.nan) for r in ok])) if ok else float("nan"),
                     "wall_s": float(np.mean([r["wall_s"] for r in ok])) if ok else float("nan"),
                     "env_steps": float(np.mean([r["env_steps"] for r in ok])) if ok else float("nan")})
     return out
 
 
 def markdown(cells: list[dict]) -> str:
-    lines = ["| task | algorithm | gap to oracle, % of cost (95% CI) | feasible test days | test return | wall s / run | "
-             "env steps / run | seeds (failed) |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| task | algorithm | gap to oracle, % of cost (95% CI) | feasible test days | feasible days of those the "
+             "oracle solves | test return | wall s / run | env steps / run | seeds (failed) |", "|---|---|---|---|---|---|---|---|---|"]
     for c in sorted(cells, key=lambda c: (c["task"], c["algorithm"])):
         gap = "no oracle" if np.isnan(c["gap_pct"]) else f"{c['gap_pct']:.2f} [{c['gap_lo']:.2f}, {c['gap_hi']:.2f}]"
-        lines.append(f"| {c['task']} | {c['algorithm']} | {gap} | {100 * c['feasible_share']:.0f}% | {c['return']:.2f} | "
+        solved = "-" if np.isnan(c["feasible_solved"]) else f"{100 * c['feasible_solved']:.0f}%"
+        lines.append(f"| {c['task']} | {c['algorithm']} | {gap} | {100 * c['feasible_share']:.0f}% | {solved} | {c['return']:.2f} | "
                      f"{c['wall_s']:.0f} | {c['env_steps']:,.0f} | {c['seeds']} ({c['failed']}) |")
     return "\n".join(lines) + "\n"
 

@@ -136,9 +136,14 @@ def _progress(what: str):
     return show
 
 
+def solved_days(report: dict) -> list[int]:
+    """Indices of the test days on which the oracle found a schedule that meets every limit."""
+    return [i for i, s in enumerate(report["oracle"]["status"]) if s == "optimal"] if report.get("oracle") else []
+
+
 def gap(report: dict, returns) -> tuple[float, int]:
     """A policy's gap to the oracle in % of the oracle's cost, over the days the oracle solves: (gap, days)."""
-    ok = [i for i, s in enumerate(report["oracle"]["status"]) if s == "optimal"] if report.get("oracle") else []
+    ok = solved_days(report)
     if not ok:
         return float("nan"), 0
     oracle = np.array([report["oracle"]["cost"][i] for i in ok])
