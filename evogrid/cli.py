@@ -309,7 +309,7 @@ def _evaluation(workflow, ev) -> dict:
     from evogrid.utils.rundir import flatten_row
 
     names = dict(workflow.metric_names(), cost_channels=workflow.cost_names, profits=getattr(workflow, "agents", None))
-    days = {k: np.asarray(ev[k]).tolist() for k in ("day_return", "day_cost") if k in ev}
+    days = {k: np.asarray(ev[k]).tolist() for k in ("day_return", "day_cost", "day_feasible") if k in ev}
     out = flatten_row({k: np.asarray(v).tolist() for k, v in ev.items() if k not in days}, names)
     task = workflow.config.task
     if baselines.supported(task) and not workflow._own_params and "day_return" in days and not task.lower().startswith("gencos-"):

@@ -35,6 +35,11 @@ EVAL_SEED = 0      # evaluation's step keys: the same episodes whatever the run'
 FEASIBLE_TOL = 1e-6  # a day is feasible when each of its summed cost channels is at most this
 
 
+def met_every_limit(costs):
+    """Whether each day met every limit: every cost channel (last axis) at most FEASIBLE_TOL."""
+    return jnp.all(costs <= FEASIBLE_TOL, axis=-1)
+
+
 def better(ret_a, viol_a, ret_b, viol_b):
     """Feasibility first: policy a beats b when it violates less (by more than FEASIBLE_TOL), or as little
     and earns more. Returns and violations are means over the same days."""
@@ -76,7 +81,7 @@ class Chosen:
         """(index of the winner among K candidates, or -1 when the kept policy stays; the new record), from
         the candidates' mean returns [K], costs per validation day [K, n_val, C] and the constraint weights
         [C] (return units per unit of cost)."""
-        record = self.replace(seen=self.seen | jnp.any(jnp.all(day_cost <= FEASIBLE_TOL, axis=-1), axis=0))
+        record = self.replace(seen=self.seen | jnp.any(met_every_limit(day_cost), axis=0))
         score, viol = record.scores(ret, day_cost, weights)
         best_score, best_viol = record.scores(self.ret, self.day_cost, weights)
         winner, best_ret, best_days = jnp.int32(-1), self.ret, self.day_cost
@@ -193,11 +198,13 @@ class Workflow:
     def evaluate_policy(self, policy) -> dict:
         """Test-day figures of `policy(obs) -> action`: every test day played once from its start of day.
         return / return_std over days, cost_channels (mean summed cost per channel), feasible_share (share
-        of days with every channel at most FEASIBLE_TOL), and the per-day day_return / day_cost."""
+        of days with every channel at most FEASIBLE_TOL), and the per-day day_return / day_cost /
+        day_feasible."""
         returns, costs = self.play_days(policy, self.split_params("test"))
-        feasible = jnp.all(costs <= FEASIBLE_TOL, axis=-1)
+        feasible = met_every_limit(costs)
         return {"return": returns.mean(), "return_std": returns.std(), "cost_channels": costs.mean(0),
-                "feasible_share": feasible.mean(), "day_return": returns, "day_cost": costs.sum(-1)}
+                "feasible_share": feasible.mean(), "day_return": returns, "day_cost": costs.sum(-1),
+                "day_feasible": feasible}
 
     def chosen_policy(self, state):
         """`policy(obs) -> action` of the run's chosen policy (the one `evaluate` reports)."""
