@@ -32,6 +32,7 @@ DEFAULT_TASKS = ("tso-case5", "tso-case14", "tso-case118", "dso-case33bw", "dcmg
 def check_grid(algorithms, tasks) -> tuple[list[str], list[str]]:
     """Canonical names, or a ValueError naming every unknown one and the valid ones, before anything runs."""
     from evogrid.envs import list_tasks
+    from evogrid.envs.registry import parse_task
     from evogrid.workflows.registry import algorithms as known_algorithms
     from evogrid.workflows.registry import resolve
 
@@ -43,10 +44,15 @@ def check_grid(algorithms, tasks) -> tuple[list[str], list[str]]:
             bad.append(a)
     if bad:
         raise ValueError(f"unknown algorithm(s) {', '.join(bad)}; choose from {', '.join(known_algorithms())}")
-    known = set(list_tasks())
-    wrong = [t for t in tasks if t not in known and not t.startswith("gymnax:")]
+    wrong = []
+    for t in tasks:  # the registry's own parser: every valid name (suffixes like -fc4 included) and nothing else
+        try:
+            t.startswith("gymnax:") or parse_task(t)
+        except ValueError:
+            wrong.append(t)
     if wrong:
-        raise ValueError(f"unknown task(s) {', '.join(wrong)}; choose from {', '.join(sorted(known))}")
+        raise ValueError(f"unknown task(s) {', '.join(wrong)}; choose from {', '.join(sorted(list_tasks()))} "
+                         "(with '-fc<H>' appended for an H-step forecast)")
     return names, list(tasks)
 
 

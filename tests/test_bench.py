@@ -15,6 +15,10 @@ def test_unknown_names_are_refused_before_any_run(tmp_path, capsys):
     code = cli.main(["bench", "--algorithms", "ppo", "--tasks", "tso-case6", "--out", str(tmp_path / "b")])
     assert code == 2 and "unknown task(s) tso-case6; choose from" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
+    # every name the task registry parses is accepted (forecast suffixes included), and nothing else
+    assert bench.check_grid(["ppo"], ["tso-case5-fc4", "dso-case33bw-real-fc4"])[1] == ["tso-case5-fc4", "dso-case33bw-real-fc4"]
+    with pytest.raises(ValueError, match=r"unknown task\(s\) tso-case5-fc, tso-case5-n2; choose from .*'-fc<H>'"):
+        bench.check_grid(["ppo"], ["tso-case5", "tso-case5-fc", "tso-case5-n2"])
 
 
 @pytest.mark.slow
