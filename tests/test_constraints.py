@@ -62,7 +62,8 @@ def test_safe_rl_wrapper_penalises_with_the_lagrangian():
 def test_validation_choice_counts_a_day_once_some_policy_met_it():
     """base.Chosen by hand (one cost channel, weight 10): day 2 has not been met by any policy, so its
     violation is weighed against the return (score = return - 10 x cost / days); the days met count first.
-    Once a candidate meets day 2 it counts first for every policy, the kept one included."""
+    Once a candidate meets day 2 it counts first for every policy, the kept one included. Days missed
+    come before the size of the violation."""
     from evogrid.workflows.base import Chosen
 
     w = jnp.asarray([10.0])
@@ -87,3 +88,12 @@ def test_validation_choice_counts_a_day_once_some_policy_met_it():
     # with no weight (constraint="none") the days not met do not matter: the higher return wins
     _, free = Chosen.create(2, 1).consider(jnp.asarray([-6.0, -4.0]), days([0.0, 0.1], [0.0, 0.9]), jnp.asarray([0.0]))
     assert float(free.ret) == -4.0
+    # days missed come first: two candidates meet every day between them (both miss one; the richer stays) ...
+    k, kept = Chosen.create(3, 1).consider(jnp.asarray([-5.0, -6.0]), days([0.0, 0.0, 0.3], [0.3, 0.0, 0.0]), w)
+    assert int(k) == 0 and bool(np.all(np.asarray(kept.seen)))
+    # ... one that misses two days by 0.01 loses to it, though it violates less in all and earns more ...
+    k, kept = kept.consider(jnp.asarray([0.0]), days([0.0, 0.01, 0.01]), w)
+    assert int(k) == -1 and float(kept.ret) == -5.0
+    # ... and one that misses one day, by less, wins
+    k, kept = kept.consider(jnp.asarray([-9.0]), days([0.0, 0.0, 0.05]), w)
+    assert int(k) == 0 and float(kept.ret) == -9.0
