@@ -45,6 +45,9 @@ class ConstraintConfig(Config):
     penalty: float = param(1.0, "fixed weight per unit of cost, in return units (constraint=penalty)", lo=0.0)
     lagrange_ki: float = param(0.1, "integral gain of the multiplier (dimensionless per unit of violation)", lo=0.0)
     lagrange_kp: float = param(1.0, "proportional gain of the multiplier", lo=0.0)
+    select_on: str = param("val", "days the reported policy is chosen on: val, or train+val (48 days instead of 8 "
+                           "on synthetic tasks: feasible on more unseen days, at some cost; README 'Results')",
+                           choices=("val", "train+val"))
 
 
 @struct.dataclass

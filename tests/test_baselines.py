@@ -100,6 +100,7 @@ def test_days_split_into_disjoint_seeded_sets():
     assert sorted(np.concatenate(list(parts.values())).tolist()) == list(range(64))  # every day once, none twice
     np.testing.assert_array_equal(split_days(64, "test", seed=0), parts["test"])
     assert not np.array_equal(split_days(64, "test", seed=1), parts["test"])
+    np.testing.assert_array_equal(split_days(64, "train+val"), np.sort(np.concatenate([parts["train"], parts["val"]])))
     _, test = make("tso-case5", split="test")
     _, every = make("tso-case5")
     np.testing.assert_array_equal(np.asarray(test.load_p), np.asarray(every.load_p)[parts["test"]])

@@ -97,3 +97,18 @@ def test_validation_choice_counts_a_day_once_some_policy_met_it():
     # ... and one that misses one day, by less, wins
     k, kept = kept.consider(jnp.asarray([-9.0]), days([0.0, 0.0, 0.05]), w)
     assert int(k) == 0 and float(kept.ret) == -9.0
+
+
+def test_the_policy_can_be_chosen_on_the_training_and_validation_days():
+    """select_on="train+val": the choice plays the 40 training and 8 validation days of tso-case5 (sorted),
+    never a test day; the default plays the 8 validation days."""
+    from evogrid.workflows import ECConfig, ECWorkflow
+
+    small = dict(task="tso-case5", pop_size=4, episodes_per_individual=1, hidden=(4,), select_every=1)
+    wf = ECWorkflow(ECConfig(**small, select_on="train+val"))
+    state, metrics = wf.step(wf.init())
+    assert state.chosen.day_cost.shape[0] == 48 and 0 <= float(metrics["val_counted_days"]) <= 48
+    test = np.asarray(make("tso-case5", split="test")[1].load_p)
+    chosen_on = np.asarray(wf.split_params(wf.choice_split).load_p)
+    assert not any(np.array_equal(d, t) for d in chosen_on for t in test)
+    assert ECWorkflow(ECConfig(**small)).new_chosen().day_cost.shape[0] == 8

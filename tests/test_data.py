@@ -54,6 +54,7 @@ def test_calendar_split():
     assert not set(parts["train"]) & set(parts["val"]) and not set(parts["train"]) & set(parts["test"])
     assert not set(parts["val"]) & set(parts["test"])
     np.testing.assert_array_equal(np.sort(np.concatenate(list(parts.values()))), np.arange(366))
+    np.testing.assert_array_equal(data.calendar_days("train+val"), np.sort(np.concatenate([parts["train"], parts["val"]])))
     for split in ("val", "test"):
         dates, weekday, season = data.calendar(parts[split])
         assert set(season) == {"winter", "spring", "summer", "autumn"}

@@ -84,9 +84,11 @@ def calendar(days) -> tuple[np.ndarray, np.ndarray, tuple]:
 
 
 def calendar_days(split: str = "all") -> np.ndarray:
-    """Day indices (0 = 1 January 2016) of a calendar split: "train", "val", "test" or "all" (sorted)."""
-    if split not in ("all", "train", "val", "test"):
-        raise ValueError(f"split must be one of all, train, val, test, got {split!r}")
+    """Day indices (0 = 1 January 2016) of a calendar split: "train", "val", "test", "train+val" or "all" (sorted)."""
+    if split not in ("all", "train", "val", "test", "train+val"):
+        raise ValueError(f"split must be one of all, train, val, test, train+val, got {split!r}")
+    if split == "train+val":
+        return np.setdiff1d(np.arange(YEAR_DAYS), calendar_days("test"))
     every = np.arange(YEAR_DAYS)
     if split == "all":
         return every

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-SPLITS = ("all", "train", "val", "test")
+SPLITS = ("all", "train", "val", "test", "train+val")
 PROFILES = ("synthetic", "real")
 SYNTHETIC_DAYS = 64
 
@@ -38,12 +38,15 @@ def split_days(n_days: int, split: str, seed: int = 0) -> np.ndarray:
     The rule, the same for every task: a permutation of the days seeded by `seed`; its first
     max(1, n_days // 4) days are the test days, the next max(1, n_days // 8) the validation days,
     the rest the training days ("all": every day). With the default 64 days: 40 train, 8 validation,
-    16 test. Workflows train on "train", choose the policy they report on "val", and evaluate on "test".
+    16 test. Workflows train on "train", choose the policy they report on "val" (or "train+val", both: the
+    `select_on` config field), and evaluate on "test".
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     if split == "all":
         return np.arange(n_days)
+    if split == "train+val":
+        return np.sort(np.concatenate([split_days(n_days, "train", seed), split_days(n_days, "val", seed)]))
     n_test, n_val = max(1, n_days // 4), max(1, n_days // 8)
     if n_days - n_test - n_val < 1:
         raise ValueError(f"n_days {n_days} is too few to split into train / val / test days (need >= 3)")

@@ -128,8 +128,14 @@ class Workflow:
         self.cost_names = tuple(env.constraint_names(env_params))
         self._splits = {}
 
+    @property
+    def choice_split(self) -> str:
+        """The days the reported policy is chosen on: "val" or "train+val" (config field `select_on`)."""
+        return getattr(self.config, "select_on", "val")
+
     def split_params(self, split: str):
-        """The params of the task's "val" or "test" days (the training params when you passed your own)."""
+        """The params of the task's "val", "train+val" or "test" days (the training params when you passed
+        your own)."""
         if self._own_params:
             return self.env_params
         if split not in self._splits:
@@ -141,7 +147,7 @@ class Workflow:
         """The initial run state; `key` defaults to `jax.random.key(config.seed)`. Also builds the validation
         days (outside any compiled function), which `step` uses; the test days are built when `evaluate`
         first needs them (one set-up fewer before the first generation)."""
-        self.split_params("val")
+        self.split_params(self.choice_split)
         return self._init(jax.random.key(self.config.seed) if key is None else key)
 
     @jit_method()
@@ -196,12 +202,12 @@ class Workflow:
 
     def validation_score(self, policy):
         """(mean return, summed cost per channel of each validation day [n_val, C]) of a policy."""
-        returns, costs = self.play_days(policy, self.split_params("val"))
+        returns, costs = self.play_days(policy, self.split_params(self.choice_split))
         return returns.mean(), costs
 
     def new_chosen(self, dtype=None) -> Chosen:
         """The empty validation record (`Chosen`) for this task's validation days."""
-        n_days = self.env.num_days(self.split_params("val"))
+        n_days = self.env.num_days(self.split_params(self.choice_split))
         return Chosen.create(self.config.eval_episodes if n_days is None else n_days, len(self.cost_names), dtype)
 
     def evaluate_policy(self, policy) -> dict:
