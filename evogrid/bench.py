@@ -47,7 +47,8 @@ def check_grid(algorithms, tasks) -> tuple[list[str], list[str]]:
     wrong = []
     for t in tasks:  # the registry's own parser: every valid name (suffixes like -fc4 included) and nothing else
         try:
-            t.startswith("gymnax:") or parse_task(t)
+            if not t.startswith("gymnax:"):
+                parse_task(t)
         except ValueError:
             wrong.append(t)
     if wrong:

@@ -37,7 +37,8 @@ MODES = ("lagrangian", "penalty", "none")
 
 @dataclasses.dataclass(frozen=True)
 class ConstraintConfig(Config):
-    """Constraint fields shared by every workflow config."""
+    """Constraint fields shared by every workflow config, and the days the reported policy is chosen on
+    (`select_on`: the choice weighs feasibility first, see workflows.base.Chosen)."""
 
     constraint: str = param("lagrangian", "constraint handling: lagrangian (adaptive multiplier towards the budget), "
                             "penalty (fixed weight) or none (costs reported, not optimised)", choices=MODES)

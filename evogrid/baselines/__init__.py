@@ -153,7 +153,7 @@ def gap(report: dict, returns) -> tuple[float, int]:
 
 def summarise(report: dict, returns, violations) -> dict:
     """The figures `evogrid baseline` prints: binding shares, oracle mean return, myopic figures and gap."""
-    ok = [i for i, s in enumerate(report["oracle"]["status"]) if s == "optimal"]
+    ok = solved_days(report)
     share = lambda flags: float(np.mean([flags[i] for i in ok])) if ok else float("nan")  # noqa: E731
     myopic_gap = gap(report, returns)[0] if returns is not None else float("nan")
     none = returns is None
