@@ -9,7 +9,7 @@ import pytest
 from conftest import ppc_of
 
 from evogrid import baselines, cli
-from evogrid.baselines.tso import dc_opf_oracle, dispatch_action, myopic_policy, replay
+from evogrid.baselines.tso import dc_opf_oracle, myopic_policy, replay
 from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG
 from evogrid.envs import TransGridEnv, make, make_trans_params
@@ -19,12 +19,12 @@ from evogrid.rollout import rollout
 
 @pytest.mark.parametrize("task", ["tso-case5", "tso-case14"])
 def test_oracle_schedule_replays_to_its_objective_with_zero_costs(task):
-    """Float64: the schedule, turned into actions, gives the env's return = -objective to 1e-6 relative
+    """Float64: the schedule, asked for step by step, gives the env's return = -objective to 1e-6 relative
     (measured ~1e-15) and every cost channel zero (to round-off, 1e-9 p.u.)."""
     with jax.enable_x64(True):
         env, params = make(task, split="test")
         for r in [r for r in dc_opf_oracle(params, days=range(4)) if r.status == "optimal"]:
-            ret, costs = replay(env, params, r.day, dispatch_action(params, r.pg))
+            ret, costs = replay(env, params, r.day, r.pg)
             np.testing.assert_allclose(ret, -r.cost, rtol=1e-6)
             assert np.all(costs <= 1e-9), costs
 
@@ -42,7 +42,7 @@ def test_security_constrained_oracle_replays_secure_through_the_outage_env():
         assert len(solved) >= 4 and any(r.n1_rows for r in solved)
         assert np.any(np.asarray(params.outage_schedule) >= 0)
         for r in solved:
-            ret, costs = replay(env, params, r.day, dispatch_action(params, r.pg))
+            ret, costs = replay(env, params, r.day, r.pg)
             np.testing.assert_allclose(ret, -r.cost, rtol=1e-6)
             assert np.all(costs <= 1e-7), (r.day, costs)
             if r.n1_rows:

@@ -5,11 +5,10 @@ import numpy as np
 import pytest
 from conftest import ppc_of, pypower_opts
 
-from evogrid.baselines.tso import dispatch_action
 from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
-from evogrid.envs.trans import setpoints_in_band
+from evogrid.envs.trans import dispatch_action, setpoints_in_band
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
 CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
@@ -60,7 +59,7 @@ def test_step_auto_reset_stops_gradients(task):
         return jnp.sum(obs) + sum(jnp.sum(x) for x in jax.tree_util.tree_leaves(new_state) if jnp.issubdtype(x.dtype, jnp.floating))
 
     if hasattr(state, "pg"):  # TSO: ask every unit for its previous output, so no ramp limit binds
-        action = 2.0 * (state.pg - params.pmin) / (params.pmax - params.pmin) - 1.0
+        action = dispatch_action(params, state.pg, state.pg)
     else:
         action = jnp.full((n_act,), 0.1)
     g_plain = jax.jit(jax.grad(lambda a: through(env.step, a)))(action)
@@ -161,10 +160,10 @@ def test_dc_dispatch_balance_ramp_and_costs():
         pg = np.asarray(new.pg)
         # lossless DC: generation equals load (case5 has no shunts)
         np.testing.assert_allclose(pg.sum(), load.sum(), rtol=1e-12)
-        # set-points: [-1, 1] onto [Pmin, Pmax], then within ramp limits (0.5 * Pmax/h * 0.5 h) of the last output
+        # set-points: [-1, 1] onto the ramp window, [Pmin, Pmax] within a ramp (0.5 * Pmax/h * 0.5 h) of the last output
         prev, pmin, pmax = np.asarray(state.pg), case.gen[:, PMIN], case.gen[:, PMAX]
         lo, hi = np.maximum(pmin, prev - 0.25 * pmax), np.minimum(pmax, prev + 0.25 * pmax)
-        setpoint = np.clip(pmin + 0.5 * (np.asarray(action) + 1.0) * (pmax - pmin), lo, hi)
+        setpoint = lo + 0.5 * (np.asarray(action) + 1.0) * (hi - lo)
         # the load the set-points miss is shared in proportion to each unit's room in the needed direction
         miss = load.sum() - setpoint.sum()
         room = hi - setpoint if miss > 0 else setpoint - lo
@@ -204,7 +203,7 @@ def test_load_following_leaves_the_rest_to_the_slack():
         # a balanced dispatch within every limit is taken as it is
         start = np.asarray(params.init.pg[0])
         pg = start * float(np.sum(params.load_p[0, 0])) / start.sum()
-        _, (_, kept, _, _, _, _) = _one_step(params, jnp.asarray(dispatch_action(params, pg)))
+        _, (_, kept, _, _, _, _) = _one_step(params, dispatch_action(params, jnp.asarray(pg), jnp.asarray(start)))
         np.testing.assert_allclose(np.asarray(kept.pg), pg, rtol=1e-12)
 
 

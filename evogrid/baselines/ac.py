@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evogrid.baselines.tso import DaySchedule, dispatch_action, each_day, replay
+from evogrid.baselines.tso import DaySchedule, each_day, replay
 from evogrid.case.matpower import PD, PMAX, PMIN, QD, RATE_A
 
 
@@ -61,7 +61,7 @@ def replay_reference(env, params, reference: list[DaySchedule]):
             returns.append(np.nan)
             costs.append(np.full(env.num_constraints(params), np.nan))
             continue
-        ret, c = replay(env, params, day.day, dispatch_action(params, day.pg))
+        ret, c = replay(env, params, day.day, day.pg)
         returns.append(ret)
         costs.append(c)
     return np.array(returns), np.array(costs)

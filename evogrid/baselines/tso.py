@@ -28,6 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from evogrid.baselines.solvers import solve_qp
+from evogrid.envs.trans import dispatch_action
 
 N1_TOL = 1e-6  # MW a post-contingency flow may exceed its limit before a row is added
 SOFT = 1e3  # penalty per MW of violation in the myopic policy's fall-back (reward units per MW per step)
@@ -293,25 +294,23 @@ def dc_opf_oracle(params, days=None, max_rounds: int = 50, progress=None) -> lis
     return out
 
 
-def dispatch_action(params, pg):
-    """The env action [..., n_units] that asks for dispatch `pg` (inverse of the env's mapping)."""
-    span = np.asarray(params.pmax - params.pmin, np.float64)
-    a = 2.0 * (np.asarray(pg, np.float64) - np.asarray(params.pmin, np.float64)) / np.where(span > 0, span, 1.0) - 1.0
-    return np.clip(np.where(span > 0, a, 0.0), -1.0, 1.0)
-
-
-def replay(env, params, day: int, actions):
-    """Play `actions` [T, n_act] from the start of `day`: (return, summed costs per channel [C])."""
-    from evogrid.rollout import collect
+def replay(env, params, day: int, pg):
+    """Play the dispatch schedule `pg` [T, n_units] from the start of `day`, each step asking for `pg[t]`
+    from the units' actual last output (`dispatch_action`): (return, summed costs per channel [C])."""
 
     @jax.jit
-    def run(actions):
+    def run(pg):
         obs, state = env.reset_to_day(jnp.int32(day), params)
-        _, _, tr, _ = collect(env, params, lambda k, o, a: (a, None), jax.random.key(0), state, obs, actions.shape[0],
-                              reset=False, inputs=actions)
-        return tr.reward.sum(), tr.costs.sum(0)
 
-    ret, costs = run(jnp.asarray(actions, jax.dtypes.canonicalize_dtype(jnp.float64)))   # float64 under x64
+        def step(state, x):
+            key, want = x
+            _, state, reward, costs, _, _ = env.step_no_reset(key, state, dispatch_action(params, want, state.pg), params)
+            return state, (reward, costs)
+
+        _, (reward, costs) = jax.lax.scan(step, state, (jax.random.split(jax.random.key(0), pg.shape[0]), pg))
+        return reward.sum(), costs.sum(0)
+
+    ret, costs = run(jnp.asarray(pg, jax.dtypes.canonicalize_dtype(jnp.float64)))   # float64 under x64
     return float(ret), np.asarray(costs, np.float64)
 
 
@@ -340,7 +339,7 @@ def myopic_policy(env, params, days=None, progress=None):
             if not sol.ok:
                 raise RuntimeError(f"myopic dispatch, day {d} step {t}: HiGHS returned {sol.status!r}")
             pg = sol.x[:prob.n_units]
-            action = jnp.asarray(dispatch_action(params, pg), params.pmin.dtype)
+            action = dispatch_action(params, jnp.asarray(pg, params.pmin.dtype), state.pg)
             obs, state, reward, c, _, _ = step(jax.random.key(t), state, action, params)
             total += float(reward)
             cost = cost + np.asarray(c, np.float64)

@@ -1,8 +1,15 @@
 """TSO task: transmission dispatch on a MATPOWER case (PowerZooJax `TransGridEnv`).
 
 Each step the agent sets every generating unit's set-point for the next interval
-of `delta_t_hours`; actions in [-1, 1] map linearly onto [Pmin, Pmax] and are
-then held within ramp limits of the previous output. The load the set-points
+of `delta_t_hours`; actions in [-1, 1] map linearly onto the unit's ramp window,
+the outputs within [Pmin, Pmax] and within a ramp of its last output
+(`ramp_window`; -1 the lowest, 1 the highest, `dispatch_action` the inverse), so
+every action is a different set-point and none breaks a unit's own limits. (Mapped
+onto [Pmin, Pmax] and then clipped, a unit ramping 1.5% of Pmax a step reached its
+whole window with 1.5% of the action range and every action outside it gave the
+same output: evolution strategies saw flat fitness. On the window, the bench's
+Open_ES gap to the oracle fell from 10.8% to 4.5% on tso-case5 and from 3.2% to
+0.7% on tso-case14.) The load the set-points
 miss is shared by every unit in proportion to its remaining room within its
 output and ramp limits in the direction needed (automatic generation control,
 `_follow_load`); what that room cannot cover falls on the slack unit (the first
@@ -155,10 +162,8 @@ class TransGridEnv(Environment):
         t = state.time_step
         load_p = params.load_p[state.day, t]
         load_q = params.load_q[state.day, t]
-        target = params.pmin + 0.5 * (action + 1.0) * (params.pmax - params.pmin)
-        lo = jnp.maximum(params.pmin, state.pg - params.ramp)
-        hi = jnp.minimum(params.pmax, state.pg + params.ramp)
-        pg = _follow_load(jnp.clip(target, lo, hi), lo, hi, jnp.sum(load_p) + params.dc.gs_total)
+        lo, hi = ramp_window(state.pg, params)
+        pg = _follow_load(lo + 0.5 * (action + 1.0) * (hi - lo), lo, hi, jnp.sum(load_p) + params.dc.gs_total)
         out = params.outage_schedule[state.day, t]
         pg, flow, vm, va, extra = _solve(pg, load_p, load_q, state, params, out)
 
@@ -256,6 +261,20 @@ def _new_outage(schedule, day, t):
 def _outaged(out, n_branch):
     """[n_branch] bool: the branches listed in `out` (-1 entries ignored)."""
     return jnp.any(jnp.arange(n_branch)[:, None] == out[None, :], axis=1)
+
+
+def ramp_window(prev, params: TransParams):
+    """[lo, hi] per unit: the outputs reachable from `prev` within output and ramp limits (what actions map onto)."""
+    return jnp.maximum(params.pmin, prev - params.ramp), jnp.minimum(params.pmax, prev + params.ramp)
+
+
+def dispatch_action(params: TransParams, pg, prev):
+    """The env action [..., n_units] that asks for dispatch `pg` after the units' last output `prev` (the
+    inverse of the env's mapping onto the ramp window; outputs outside the window ask for its nearest end)."""
+    lo, hi = ramp_window(jnp.asarray(prev), params)
+    span = hi - lo
+    a = 2.0 * (jnp.asarray(pg) - lo) / jnp.where(span > 0, span, 1.0) - 1.0
+    return jnp.clip(jnp.where(span > 0, a, 0.0), -1.0, 1.0)
 
 
 def _follow_load(pg, lo, hi, demand):
