@@ -75,7 +75,8 @@ def test_solved_feeder_matches_pandapower_with_all_resources(params64):
         obs, new, reward, costs, done, info = DEREnv().step_env(jax.random.key(0), state, jnp.asarray(action), params)
         load_p, load_q = np.asarray(params.load_p[1, 36]), np.asarray(params.load_q[1, 36])
         scale = np.ones(141)
-        scale[np.array(FLEX_BUSES) - 1] += 0.2 * action[:4]
+        u = np.sign(action[:4]) * np.maximum(np.abs(action[:4]) - 0.4, 0.0) / 0.6   # beyond the 0.4 dead band
+        scale[np.array(FLEX_BUSES) - 1] += 0.2 * u
         pv_p = np.asarray(params.pv_avail[1, 36]) * 0.5 * (1 - np.maximum(action[4:8], 0))
         pv_q = action[8:12] * np.sqrt(0.55**2 - pv_p**2)
         bat_p = action[-3:] * 0.5   # 50% SOC: far from the bounds, nothing clipped
@@ -95,7 +96,7 @@ def test_solved_feeder_matches_pandapower_with_all_resources(params64):
         np.testing.assert_allclose(float(info["battery_mw"]), bat_p.sum(), rtol=1e-12)
         assert float(info["battery_clipped_mw"]) == 0.0
         # reward by hand: import at the step's price + losses at 20 $/MWh + shifted MW at 30 $/MWh, over 0.5 h, x 0.01
-        shifted = np.sum(np.abs(0.2 * action[:4] * load_p[np.array(FLEX_BUSES) - 1]))
+        shifted = np.sum(np.abs(0.2 * u * load_p[np.array(FLEX_BUSES) - 1]))
         dollars = (net.res_ext_grid.p_mw.sum() * float(params.price[1, 36]) + net.res_line.pl_mw.sum() * 20.0
                    + shifted * 30.0) * 0.5
         np.testing.assert_allclose(float(reward), -0.01 * dollars, rtol=1e-6)

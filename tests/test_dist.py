@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from evogrid.envs import DistGridEnv, make_dist_params
+from evogrid.envs.dist import flex_action, flex_share
 
 PV_BUSES, FLEX_BUSES = (18, 22, 25, 33), (7, 8, 24, 25, 30, 32)
 
@@ -25,8 +26,10 @@ def test_solved_feeder_matches_pandapower_with_pv_and_flex_actions():
         action = np.array([0.5, -1.0, 0.2, 0.0, -0.3, 1.0] + [0.3, 0.0, 0.8, -0.5] + [1.0, -0.4, 0.0, 0.6])
         obs, new, reward, costs, done, info = _step(params, action, day=1, t=24)
         load_p, load_q = np.asarray(params.load_p[1, 24]), np.asarray(params.load_q[1, 24])
+        # the flexible loads move beyond the dead band (0.4) only: 0.5 -> 1/6, -1 -> -1, 0.2 and -0.3 -> 0
+        u = np.sign(action[:6]) * np.maximum(np.abs(action[:6]) - 0.4, 0.0) / 0.6
         scale = np.ones(33)
-        scale[np.array(FLEX_BUSES) - 1] += 0.2 * action[:6]
+        scale[np.array(FLEX_BUSES) - 1] += 0.2 * u
         avail = np.asarray(params.pv_avail[1, 24]) * 0.4
         pv_p = avail * (1 - np.maximum(action[6:10], 0))
         pv_q = action[10:] * np.sqrt((0.44**2) - pv_p**2)
@@ -42,7 +45,21 @@ def test_solved_feeder_matches_pandapower_with_pv_and_flex_actions():
         # energy balance: substation import = load + losses - PV output (pandapower's ext_grid injection)
         np.testing.assert_allclose(float(info["substation_mw"]), net.res_ext_grid.p_mw.sum(), atol=1e-7)
         np.testing.assert_allclose(float(info["pv_mw"]), pv_p.sum(), rtol=1e-12)
-        np.testing.assert_allclose(float(info["shifted_mw"]), np.sum(0.2 * action[:6] * load_p[np.array(FLEX_BUSES) - 1]), rtol=1e-12)
+        np.testing.assert_allclose(float(info["shifted_mw"]), np.sum(0.2 * u * load_p[np.array(FLEX_BUSES) - 1]), rtol=1e-12)
+
+
+def test_flexible_loads_hold_within_the_dead_band():
+    """Actions within the dead band move no load (the step equals the zero action's); `flex_action` inverts
+    `flex_share` beyond it; a dead band outside [0, 1) is refused."""
+    with jax.enable_x64(True):
+        params = make_dist_params(n_days=1)
+        inside = np.array([0.39, -0.39, 0.2, -0.1, 0.0, 0.4] + [0.0] * 8)
+        a, b = _step(params, inside, t=38), _step(params, np.zeros(14), t=38)
+        assert float(a[5]["shifted_mw"]) == 0.0 and float(a[2]) == float(b[2])
+        share = np.array([-1.0, -0.25, 0.0, 1e-9, 0.5, 1.0])
+        np.testing.assert_allclose(np.asarray(flex_share(jnp.asarray(flex_action(share, 0.4)), 0.4)), share, atol=1e-15)
+        with pytest.raises(ValueError, match=r"flex_deadband must be in \[0, 1\), got 1.0"):
+            make_dist_params(n_days=1, flex_deadband=1.0)
 
 
 def test_voltage_cost_zero_inside_band_and_summed_outside():

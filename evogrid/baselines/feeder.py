@@ -34,6 +34,7 @@ import scipy.sparse as sp
 
 from evogrid.baselines.solvers import solve_qp
 from evogrid.baselines.tso import DaySchedule
+from evogrid.envs.dist import flex_action
 
 ROUNDS = 3            # voltage-correction rounds
 V_MARGIN = 1e-4       # p.u. kept inside the voltage band, so round-off in float32 replays stays feasible
@@ -193,7 +194,7 @@ def _day_qp(params, d, offset):
     curt = np.divide(c, avail, out=np.zeros_like(c), where=avail > 1e-12)
     headroom = np.sqrt(np.maximum(inv_s**2 - (avail - c) ** 2, 0.0))
     aq = np.divide(xs[:, part["q"]], headroom, out=np.zeros_like(c), where=headroom > 1e-12)
-    acts = [shift, curt, aq]
+    acts = [flex_action(shift, float(params.flex_deadband)), curt, aq]
     battery = None
     if n_bat:
         p_bat = xs[:, part["dis"]] - xs[:, part["ch"]]

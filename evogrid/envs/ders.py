@@ -26,6 +26,7 @@ from flax import struct
 
 from evogrid.case import Case
 from evogrid.envs.dist import (
+    FLEX_DEADBAND,
     DistGridEnv,
     DistParams,
     DistState,
@@ -120,7 +121,7 @@ def make_der_params(case: Case | str = "141", max_steps: int = 48, delta_t_hours
                     battery_buses=(51, 80, 86), battery_mw=0.5, battery_mwh=2.0, eta_charge: float = 0.95,
                     eta_discharge: float = 0.95, soc_min: float = 0.1, soc_max: float = 0.9, soc_init: float = 0.5,
                     taper: float = 0.05, pv_buses=(49, 79, 109, 110), pv_rating_mw=0.5, inverter_oversize: float = 1.1,
-                    flex_buses=(61, 69, 107, 112), shift_max: float = 0.2, n_days: int | None = None, seed: int = 0,
+                    flex_buses=(61, 69, 107, 112), shift_max: float = 0.2, flex_deadband: float = FLEX_DEADBAND, n_days: int | None = None, seed: int = 0,
                     split: str = "all", profiles: str = "synthetic",
                     v_min: float = 0.95, v_max: float = 1.05, price_tariff=(40.0, 70.0, 130.0),
                     loss_price: float = 20.0, discomfort_price: float = 30.0, reward_scale: float = 0.01,
@@ -134,7 +135,7 @@ def make_der_params(case: Case | str = "141", max_steps: int = 48, delta_t_hours
                                  taper=taper)
     case, fields = feeder_fields(case, max_steps, delta_t_hours, pv_buses=pv_buses, pv_rating_mw=pv_rating_mw,
                                  inverter_oversize=inverter_oversize, flex_buses=flex_buses, shift_max=shift_max,
-                                 n_days=n_days, seed=seed, split=split, profiles=profiles, v_min=v_min, v_max=v_max, loss_price=loss_price,
+                                 flex_deadband=flex_deadband, n_days=n_days, seed=seed, split=split, profiles=profiles, v_min=v_min, v_max=v_max, loss_price=loss_price,
                                  curtail_price=0.0, discomfort_price=discomfort_price, reward_scale=reward_scale,
                                  sweeps=sweeps, forecast_steps=forecast_steps, forecast_error=forecast_error)
     params = DERParams(**fields, battery=battery,

@@ -1,8 +1,14 @@
 """DSO task: voltage control on a radial distribution feeder (PowerZooJax `DistGridEnv`).
 
 Controllable resources at configurable buses:
-* flexible loads: action a in [-1, 1] scales the bus load by (1 + shift_max * a);
-  any change costs `discomfort_price` per MWh moved;
+* flexible loads: action a in [-1, 1] scales the bus load by (1 + shift_max * u), u the
+  action beyond a dead band, u = sign(a) max(|a| - flex_deadband, 0) / (1 - flex_deadband)
+  (`flex_share`; `flex_action` the inverse); any change costs `discomfort_price` per MWh moved.
+  The dead band (default 0.4) makes "no shift" a region of the action space rather than a point,
+  so a smooth policy can hold it where no shift is needed: without it the evolved policies moved
+  load by small amounts at every step and paid for it (dso-case33bw, Sep_CMA_ES, 3 seeds, gap to the
+  oracle on the days it solves: dead band 0 45.3%, 0.2 22.5%, 0.4 13.8%, all feasible on every such
+  day; 0.6 10.5% at 96%);
 * PV inverters: two actions each, curtailment of max(a, 0) of the available
   power and reactive power q = a_q * sqrt(S^2 - P^2) within the inverter rating S.
 The zero action is "no control": no shift, no curtailment, unity power factor.
@@ -71,6 +77,7 @@ class DistParams(EnvParams):
     pv_incidence: jnp.ndarray = None    # [n_pv, n_bus]
     flex_incidence: jnp.ndarray = None  # [n_flex, n_bus]
     shift_max: jnp.ndarray = None
+    flex_deadband: jnp.ndarray = None  # |action| up to which a flexible load does not move
     v_min: jnp.ndarray = None
     v_max: jnp.ndarray = None
     i_max: jnp.ndarray = None        # [n_branch] p.u. current rating, inf = unlimited
@@ -118,8 +125,9 @@ class DistGridEnv(Environment):
         t = state.time_step
         load_p, load_q = params.load_p[state.day, t], params.load_q[state.day, t]
         flex_p = params.flex_incidence @ load_p               # [n_flex] MW at the flexible buses
-        shift = params.shift_max * a_flex * flex_p            # MW added (+) or removed (-)
-        scale = 1.0 + (params.shift_max * a_flex) @ params.flex_incidence
+        u = flex_share(a_flex, params.flex_deadband)
+        shift = params.shift_max * u * flex_p                 # MW added (+) or removed (-)
+        scale = 1.0 + (params.shift_max * u) @ params.flex_incidence
         load_p, load_q = load_p * scale, load_q * scale
         avail = params.pv_avail[state.day, t] * params.pv_rating
         curtail = jnp.maximum(a_curt, 0.0) * avail
@@ -196,9 +204,23 @@ class DistGridEnv(Environment):
         return specs
 
 
+FLEX_DEADBAND = 0.4
+
+
+def flex_share(action, deadband):
+    """The flexible loads' shift, in units of shift_max, that `action` [-1, 1] asks for: 0 within the dead band."""
+    return jnp.sign(action) * jnp.maximum(jnp.abs(action) - deadband, 0.0) / (1.0 - deadband)
+
+
+def flex_action(share, deadband):
+    """The action that asks for `share` (inverse of `flex_share`; numpy in, numpy out)."""
+    share = np.asarray(share, np.float64)
+    return np.where(share == 0.0, 0.0, np.sign(share) * (deadband + (1.0 - deadband) * np.abs(share)))
+
+
 def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hours: float = 0.5, *,
                      pv_buses=(18, 22, 25, 33), pv_rating_mw: float = 0.4, inverter_oversize: float = 1.1,
-                     flex_buses=(7, 8, 24, 25, 30, 32), shift_max: float = 0.2, n_days: int | None = None, seed: int = 0,
+                     flex_buses=(7, 8, 24, 25, 30, 32), shift_max: float = 0.2, flex_deadband: float = FLEX_DEADBAND, n_days: int | None = None, seed: int = 0,
                      split: str = "all", profiles: str = "synthetic",
                      v_min: float = 0.95, v_max: float = 1.05, loss_price: float = 50.0, curtail_price: float = 40.0,
                      discomfort_price: float = 20.0, reward_scale: float = 0.1, sweeps: int = 30, forecast_steps: int = 0,
@@ -219,7 +241,7 @@ def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hou
     """
     case, fields = feeder_fields(case, max_steps, delta_t_hours, pv_buses=pv_buses, pv_rating_mw=pv_rating_mw,
                                  inverter_oversize=inverter_oversize, flex_buses=flex_buses, shift_max=shift_max,
-                                 n_days=n_days, seed=seed, split=split, profiles=profiles, v_min=v_min, v_max=v_max, loss_price=loss_price,
+                                 flex_deadband=flex_deadband, n_days=n_days, seed=seed, split=split, profiles=profiles, v_min=v_min, v_max=v_max, loss_price=loss_price,
                                  curtail_price=curtail_price, discomfort_price=discomfort_price,
                                  reward_scale=reward_scale, sweeps=sweeps, forecast_steps=forecast_steps,
                                  forecast_error=forecast_error)
@@ -237,10 +259,12 @@ def bus_rows(case: Case, name: str, buses) -> list[int]:
 
 
 def feeder_fields(case, max_steps, delta_t_hours, *, pv_buses, pv_rating_mw, inverter_oversize, flex_buses,
-                  shift_max, n_days, seed, split, profiles, v_min, v_max, loss_price, curtail_price, discomfort_price,
+                  shift_max, flex_deadband, n_days, seed, split, profiles, v_min, v_max, loss_price, curtail_price, discomfort_price,
                   reward_scale, sweeps, forecast_steps=0, forecast_error=0.02):
     """The `DistParams` fields shared by the feeder tasks (DSO and DERs): (case, fields dict)."""
     check_days(max_steps, delta_t_hours, n_days)
+    if not 0.0 <= flex_deadband < 1.0:
+        raise ValueError(f"flex_deadband must be in [0, 1), got {flex_deadband}")
     case = load_case(case) if not isinstance(case, Case) else case
     net = make_radial_network(case)  # refuses meshed cases with a clear message
     eye = np.eye(case.n_bus)
@@ -254,7 +278,7 @@ def feeder_fields(case, max_steps, delta_t_hours, *, pv_buses, pv_rating_mw, inv
         load_p=as_float(load_p), load_q=as_float(load_p * ratio), pv_avail=as_float(pv),
         pv_rating=as_float(pv_rating), inverter_s=as_float(pv_rating * inverter_oversize),
         pv_incidence=as_float(eye[pv_rows]), flex_incidence=as_float(eye[flex_rows]),
-        shift_max=as_float(shift_max), v_min=as_float(v_min), v_max=as_float(v_max),
+        shift_max=as_float(shift_max), flex_deadband=as_float(flex_deadband), v_min=as_float(v_min), v_max=as_float(v_max),
         i_max=as_float(case.rate_a / case.base_mva), loss_price=as_float(loss_price),
         curtail_price=as_float(curtail_price), discomfort_price=as_float(discomfort_price),
         reward_scale=as_float(reward_scale), net=net,
