@@ -6,6 +6,8 @@
 The evogrid rows use the PowerZooJax "complete pattern" exactly (batch_reset, uniform
 actions [N, T, A], vmap(scan_rollout), returning the reward trajectory; XLA drops what
 is not returned), plus a "full" column that also returns obs, costs and dones. The
+"tso-caseN raw" rows turn the security redispatch off (`secure_iters=0`): the physics step alone, as
+the peer and the reference compute it; the "tso-caseN" rows are the env as made. The
 reference loop re-dispatches pandapower's own network of the same MATPOWER case (random
 set-points within limits, scaled loads) and solves it (rundcpp / runpp) once per step in Python;
 for the feeders (33bw, 141) it is the same AC power flow the env solves each step, without the
@@ -40,8 +42,8 @@ def _time(fn, key, repeats):
     return min(times)
 
 
-def evogrid_rate(task: str, n_envs: int, horizon: int, repeats: int):
-    env, params = make(task, max_steps=horizon) if horizon else make(task)
+def evogrid_rate(task: str, n_envs: int, horizon: int, repeats: int, **options):
+    env, params = make(task, max_steps=horizon, **options) if horizon else make(task, **options)
     horizon = params.max_steps
     n_act = env.action_space(params).shape[0]
 
@@ -110,8 +112,11 @@ def main():
     args = ap.parse_args()
     n_envs, horizon, repeats = (64, 48, 3) if args.quick else (256, 48, 30)
     # (task, pandapower case, AC?, envs, peer figure or None)
-    rows = [("tso-case5", "5", False, n_envs, PEER[("5", "DC")]), ("tso-case14", "14", False, n_envs, PEER[("14", "DC")]),
-            ("tso-case118", "118", False, n_envs, PEER[("118", "DC")]), ("tso-case14-ac", "14", True, n_envs, PEER[("14", "AC")]),
+    # the DC rows twice: as made (security redispatch on) and the raw schedule (`secure_iters=0`), which is
+    # what the peer and pandapower compute: one power flow per step, no redispatch
+    dc = [(f"tso-case{c}", c, False, n_envs, PEER[(c, "DC")]) for c in ("5", "14", "118")]
+    rows = [r for row in dc for r in (row, (row[0] + " raw",) + row[1:])] + [
+            ("tso-case14-ac", "14", True, n_envs, PEER[("14", "AC")]),
             ("tso-case118-ac", "118", True, n_envs, PEER[("118", "AC")]), ("dso-case33bw", "33bw", True, n_envs // 2, None),
             ("ders-case141", "141", True, n_envs // 2, None), ("dcmg", None, False, n_envs // 4, None),
             ("gencos-case5", None, False, n_envs, None)]
@@ -129,7 +134,8 @@ def main():
     except ImportError:
         have_pp = False
         print("# pandapower is not installed (`pip install -e .[test]`): its columns show n/a")
-    measured = [(row, *evogrid_rate(row[0], row[3], 0 if row[0] == "dcmg" else horizon, repeats)) for row in rows]
+    measured = [(row, *evogrid_rate(row[0].removesuffix(" raw"), row[3], 0 if row[0] == "dcmg" else horizon, repeats,
+                                    **({"secure_iters": 0} if row[0].endswith(" raw") else {}))) for row in rows]
     for (task, pp_case, ac, n, peer), lean, full, compile_s, conv in measured:  # pandapower after, so its threads do not overlap ours
         ref_cols = "- | -" if have_pp or not pp_case else "n/a | n/a"
         if pp_case and have_pp:

@@ -8,7 +8,7 @@ from conftest import ppc_of, pypower_opts
 from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
-from evogrid.envs.trans import dispatch_action, setpoints_in_band
+from evogrid.envs.trans import SECURE_MARGIN, WINDOW_MARGIN, dispatch_action, ramp_window, setpoints_in_band
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
 CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
@@ -209,14 +209,84 @@ def test_load_following_leaves_the_rest_to_the_slack():
 
 def test_thermal_cost_is_positive_when_a_line_overloads():
     """Case5 at 1.2 x its own loads (1200 MW): the units at buses 3 and 5 at full output (1120 MW) push more
-    than the 240 MW line 4-5 carries; the other three share the remaining 80 MW."""
+    than the 240 MW line 4-5 carries; the other three share the remaining 80 MW. Without the security
+    redispatch (secure_iters=0; with it, the next test)."""
     with jax.enable_x64(True):
         load = np.broadcast_to(1.2 * load_case("5").bus[:, PD], (1, 4, 5))
-        params = make_trans_params("5", max_steps=4, n_days=1, default_ramp_per_hour=100.0, load_p=load)
+        params = make_trans_params("5", max_steps=4, n_days=1, default_ramp_per_hour=100.0, load_p=load, secure_iters=0)
         _, (_, new, _, costs, _, _) = _one_step(params, jnp.array([-1.0, -1.0, 1.0, -1.0, 1.0]))
         flow = np.abs(np.asarray(new.flow))
         assert flow[5] > 240.0 and flow[0] < 400.0  # only line 4-5 (rated 240 MW) is over its rating
         np.testing.assert_allclose(float(costs[0]), (flow[5] - 240.0) / 100.0, rtol=1e-12)
+
+
+def _nearest_secure_dispatch(pg, lo, hi, sens, offset, rate):
+    """scipy's trust-constr: the dispatch nearest `pg` (least squares) with the same total, within [lo, hi]
+    and every rated flow sens @ x + offset within `rate` (the reference the security redispatch is checked
+    against)."""
+    from scipy.optimize import Bounds, LinearConstraint, minimize
+
+    rated = np.isfinite(rate)
+    cons = [LinearConstraint(np.ones((1, pg.size)), pg.sum(), pg.sum()),
+            LinearConstraint(sens[rated], -rate[rated] - offset[rated], rate[rated] - offset[rated])]
+    res = minimize(lambda x: 0.5 * np.sum((x - pg) ** 2), pg, jac=lambda x: x - pg, hess=lambda x: np.eye(pg.size),
+                   bounds=Bounds(lo, hi), constraints=cons, method="trust-constr", options={"gtol": 1e-10, "xtol": 1e-12})
+    assert res.status in (1, 2), res.message
+    return res.x
+
+
+@pytest.mark.parametrize("ramp_per_hour, action, atol", [(100.0, [-1.0, -1.0, 1.0, -1.0, 1.0], 0.05),
+                                                         (0.5, [-1.0, -1.0, 1.0, -1.0, 1.0], 0.5)])  # windows bind
+def test_security_redispatch_is_the_nearest_dispatch_within_the_ratings(ramp_per_hour, action, atol):
+    """Case5 at 1.2 x its loads, the units at buses 3 and 5 asked for (nearly) full output: line 4-5 would
+    carry more than its 240 MW (the test above, secure_iters=0). With the default security redispatch the
+    step's dispatch keeps the total, stays within every unit's ramp window, every flow is within its rating
+    (the thermal channel is 0) and it is the nearest such dispatch: scipy trust-constr's least-squares projection
+    of the requested dispatch onto the same set less the redispatch's margins (SECURE_MARGIN below each
+    rating, WINDOW_MARGIN of each window inside its ends), to 0.05 MW (it stops once every flow is within
+    its rating, up to SECURE_MARGIN x 240 = 0.024 MW short of the reference's aim). Where the windows bind
+    (20 MW/step ramps, units ending at both ends of theirs) the clip-and-rebalance steps are not an exact
+    projection: 0.24 MW from the reference's point (measured), moving 1.001 times as far; asked: 0.5 MW and
+    1.002 times."""
+    with jax.enable_x64(True):
+        load = np.broadcast_to(1.2 * load_case("5").bus[:, PD], (1, 4, 5))
+        params = make_trans_params("5", max_steps=4, n_days=1, default_ramp_per_hour=ramp_per_hour, load_p=load)
+        assert params.secure_iters > 0  # on by default in DC mode
+        action = jnp.array(action)
+        state, (_, asked, _, asked_costs, _, _) = _one_step(params.replace(secure_iters=0), action)
+        _, (_, new, _, costs, _, _) = _one_step(params, action)
+        assert float(asked_costs[0]) > 0.01 and abs(float(asked.flow[5])) > 241.0
+        assert float(costs[0]) == 0.0 and np.all(np.abs(np.asarray(new.flow)) <= np.asarray(params.rate))
+        np.testing.assert_allclose(np.sum(new.pg), np.sum(asked.pg), rtol=1e-12)
+        lo, hi = (np.asarray(x) for x in ramp_window(state.pg, params))
+        assert np.all(np.asarray(new.pg) >= lo - 1e-9) and np.all(np.asarray(new.pg) <= hi + 1e-9)
+        sens = np.asarray(params.gen_ptdf)
+        offset = np.asarray(asked.flow) - sens @ np.asarray(asked.pg)
+        np.testing.assert_allclose(sens @ np.asarray(new.pg) + offset, np.asarray(new.flow), atol=1e-9)  # affine, as assumed
+        inner = WINDOW_MARGIN * (hi - lo)  # the margins the redispatch keeps, given to the reference too
+        ref = _nearest_secure_dispatch(np.asarray(asked.pg), lo + inner, hi - inner, sens, offset,
+                                       np.asarray(params.rate) * (1 - SECURE_MARGIN))
+        moved, least = np.linalg.norm(np.asarray(new.pg - asked.pg)), np.linalg.norm(ref - np.asarray(asked.pg))
+        np.testing.assert_allclose(np.asarray(new.pg), ref, atol=atol)
+        assert moved <= 1.002 * least, (moved, least)
+
+
+def test_security_redispatch_uses_the_outaged_grid():
+    """Case14 with a line out of service from the first step (an outage schedule): the redispatch works on
+    the post-outage flows (their sensitivities by the same low-rank update), so the flows the env reports,
+    the post-outage ones, end within the ratings where the requested dispatch overloads them."""
+    with jax.enable_x64(True):
+        base = make_trans_params("14", max_steps=4, n_days=1, default_ramp_per_hour=100.0)
+        sched = np.full((1, 4, 1), 2, np.int32)   # branch 2 (2-3) out
+        params = make_trans_params("14", max_steps=4, n_days=1, default_ramp_per_hour=100.0, outage_schedule=sched)
+        action = jnp.array([1.0, 1.0, -1.0, -1.0, -1.0])  # the units at buses 1 and 2 up, the rest down
+        _, (_, asked, _, asked_costs, _, _) = _one_step(params.replace(secure_iters=0), action)
+        _, (_, new, _, costs, _, _) = _one_step(params, action)
+        _, (_, intact, _, _, _, _) = _one_step(base, action)
+        assert float(asked_costs[0]) > 0.1 and float(new.flow[2]) == 0.0
+        assert float(costs[0]) == 0.0
+        assert np.all(np.abs(np.asarray(new.flow)) <= np.asarray(params.rate))
+        assert not np.allclose(np.asarray(new.pg), np.asarray(intact.pg), atol=0.1)  # not the intact grid's redispatch
 
 
 @pytest.mark.parametrize("method, iters", [("chord", 25), ("newton", 6)])
@@ -337,6 +407,10 @@ def test_bad_params():
         make_trans_params("14", max_steps=0)
     with pytest.raises(ValueError, match="ac_method must be 'chord' or 'newton'"):
         make_trans_params("14", ac=True, ac_method="gauss")
+    with pytest.raises(ValueError, match="secure_iters must be an integer >= 0"):
+        make_trans_params("14", secure_iters=-1)
+    with pytest.raises(ValueError, match="0 in AC mode"):
+        make_trans_params("14", ac=True, secure_iters=4)
 
 
 def test_scan_rollout_equals_python_loop_of_step_auto_reset(task):

@@ -65,17 +65,20 @@ def test_open_es_learns_tso_case5():
 
 @pytest.mark.slow
 def test_default_run_is_feasible_on_every_test_day_of_tso_case5():
-    """The default Open_ES run (Lagrangian), 150 generations of 64 x 4 episodes, seed 3: every cost channel is zero
-    on every test day of tso-case5 (whose line 4-5 and ramps bind in the optimal schedule), and the cost is within
-    20% of the perfect-foresight oracle's on the same days (measured 14.9%). Not every seed is: seeds 0-7
-    measured feasible on 94, 88, 75, 100, 100, 100, 100, 69% of the days at gaps of 6.0, 18.3, 3.4, 14.9, 15.7,
-    21.7, 4.8, 4.6%, the violations left 1e-4 to 7e-3 p.u. x steps (README "Results")."""
+    """The default Open_ES run (Lagrangian, security redispatch), 150 generations of 64 x 4 episodes, seed 3: the
+    thermal channel is zero and every channel within FEASIBLE_TOL on every test day of tso-case5 (whose line
+    4-5 and ramps bind in the optimal schedule), and the cost is within 2% of the perfect-foresight oracle's
+    on the same days (measured 1.18%). Seeds 0-7 measured: thermal zero on every day for each seed (the env
+    redispatches overloads), feasible on 100, 81, 63, 100, 100, 69, 88, 81% of the days at gaps of 8.0, 1.05,
+    0.82, 1.18, 15.0, 1.08, 1.32, 1.13%: what seeds miss is the balance channel (the slow 600 MW unit left
+    too high for an evening's load drop, over-generation the ramps cannot undo)."""
     wf = ECWorkflow(ECConfig(task="tso-case5", seed=3))
     state, _ = wf.learn(wf.init(), 150, progress=False)
     ev = wf.evaluate(state)
-    assert float(ev["feasible_share"]) == 1.0 and np.all(np.asarray(ev["cost_channels"]) == 0.0)
+    channels = dict(zip(wf.cost_names, np.asarray(ev["cost_channels"]).tolist()))
+    assert float(ev["feasible_share"]) == 1.0 and channels["thermal"] == 0.0, channels
     gap, days = baselines.gap(baselines.baseline("tso-case5"), ev["day_return"])
-    assert days == 16 and 0.0 < gap <= 20.0, gap
+    assert days == 16 and 0.0 < gap <= 2.0, gap
 
 
 def test_bad_configs():
