@@ -525,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     be.add_argument("--algorithms", default="Open_ES,Sep_CMA_ES,GA,ppo,td3,erl,cemrl", help="comma-separated names")
     be.add_argument("--tasks", default="tso-case5,tso-case14,tso-case118,dso-case33bw,dcmg", help="comma-separated tasks")
     be.add_argument("--seeds", type=int, default=3)
-    be.add_argument("--generations", type=int, help="per run (default: a budget per algorithm, see evogrid/bench.py)")
+    be.add_argument("--generations", type=int, help="per run (default: a budget per algorithm, and for the evolution strategies per task, see evogrid/bench.py)")
     be.add_argument("--out", default="bench", help="output directory (default bench/)")
     sub.add_parser("cases", help="list shipped grid cases")
     sub.add_parser("tasks", help="list task names for `make`")
