@@ -114,7 +114,7 @@ SLOW_RAMP, FAST_RAMP = 0.03, 0.5  # share of Pmax per hour: the cheaper half of 
 N1_RATING = 1.25      # post-contingency limit: this times the line rating (a short-term emergency rating)
 # security redispatch (`secure_redispatch`), DC mode
 SECURE_ITERS = 8       # Gauss-Newton steps per env step
-SECURE_PASSES = 1
+SECURE_PASSES = 1      # solves with the units a step would push out of their window held, before the last
 SECURE_LINES = 2       # lines handled together in a step (the worst two; a 3x3 system with the balance)
 SECURE_MARGIN = 1e-4   # aim this share below each rating, so float rounding leaves the thermal channel at 0
 SECURE_BAND = 1e-3     # lines within this share of their rating stay at it (not pushed back over)
@@ -341,8 +341,8 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int):
     units free to move (a unit at a window end that d would push out is held there and d solved again);
     then clips to the windows and rebalances as the automatic generation control does (`_follow_load`).
     The system is 3x3, solved by an unrolled elimination (`_spd_solve`): a batched LAPACK call per env
-    would not vectorise. Checked against scipy's SLSQP projection in tests/test_envs.py; cost measured
-    in benchmarks/env_throughput.py (the `secure` rows)."""
+    would not vectorise. Checked against scipy's trust-constr projection in tests/test_envs.py; cost
+    measured in benchmarks/env_throughput.py (the tso rows as made against the "raw" ones)."""
     target = rate * (1.0 - SECURE_MARGIN)
     # a hair inside the windows: the slack's output is recomputed from the balance, and float rounding at
     # the very edge of its window would read as a ramp or balance violation
