@@ -8,7 +8,7 @@ from conftest import ppc_of, pypower_opts
 from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
-from evogrid.envs.trans import SECURE_MARGIN, WINDOW_MARGIN, dispatch_action, ramp_window, setpoints_in_band
+from evogrid.envs.trans import SECURE_MARGIN, WINDOW_MARGIN, _dc_flows, dispatch_action, ramp_window, setpoints_in_band
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
 CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
@@ -261,6 +261,8 @@ def test_security_redispatch_is_the_nearest_dispatch_within_the_ratings(ramp_per
         lo, hi = (np.asarray(x) for x in ramp_window(state.pg, params))
         assert np.all(np.asarray(new.pg) >= lo - 1e-9) and np.all(np.asarray(new.pg) <= hi + 1e-9)
         sens = np.asarray(params.gen_ptdf)
+        flows = lambda pg: _dc_flows(pg, params.load_p[0, 0], params, jnp.zeros(0, jnp.int32))[0]  # noqa: E731
+        np.testing.assert_allclose(sens, np.asarray(jax.jacfwd(flows)(params.pmin)), atol=1e-12)  # the flow map's Jacobian
         offset = np.asarray(asked.flow) - sens @ np.asarray(asked.pg)
         np.testing.assert_allclose(sens @ np.asarray(new.pg) + offset, np.asarray(new.flow), atol=1e-9)  # affine, as assumed
         inner = WINDOW_MARGIN * (hi - lo)  # the margins the redispatch keeps, given to the reference too

@@ -114,7 +114,6 @@ SLOW_RAMP, FAST_RAMP = 0.03, 0.5  # share of Pmax per hour: the cheaper half of 
 N1_RATING = 1.25      # post-contingency limit: this times the line rating (a short-term emergency rating)
 # security redispatch (`secure_redispatch`), DC mode
 SECURE_ITERS = 8       # Gauss-Newton steps per env step
-SECURE_PASSES = 1      # solves with the units a step would push out of their window held, before the last
 SECURE_LINES = 2       # lines handled together in a step (the worst two; a 3x3 system with the balance)
 SECURE_MARGIN = 1e-4   # aim this share below each rating, so float rounding leaves the thermal channel at 0
 SECURE_BAND = 1e-3     # lines within this share of their rating stay at it (not pushed back over)
@@ -366,11 +365,8 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int):
             damp = SECURE_DAMPING * jnp.trace(gram) / (k + 1) + jnp.finfo(pg.dtype).tiny
             return -(_spd_solve(gram + damp * jnp.eye(k + 1, dtype=pg.dtype), r) @ jac)
 
-        free = jnp.ones(pg.shape, bool)
-        for _ in range(SECURE_PASSES):   # units at a window end that the step would push out are held there
-            d = least_norm_step(free)
-            free = free & ~(((pg <= lo) & (d < 0)) | ((pg >= hi) & (d > 0)))
-        d = least_norm_step(free)
+        d = least_norm_step(jnp.ones(pg.shape, bool))
+        d = least_norm_step(~(((pg <= lo) & (d < 0)) | ((pg >= hi) & (d > 0))))  # units d pushes out of their window stay
         moved = _follow_load(jnp.clip(pg + d, lo, hi), lo, hi, demand)
         # within the ratings (to 1e-9, round-off of a schedule at its limits; float32 sees the rating itself): as it is
         return jnp.where(jnp.any(jnp.abs(f) > rate * (1.0 + 1e-9)), moved, pg)
@@ -393,12 +389,12 @@ def _solve(pg, load_p, load_q, state, params: TransParams, out):
     """Power flow for a dispatch whose slack entry is to be determined, with the branches `out` out of
     service (DC). Returns (pg, flow, vm, va, extra)."""
     others = pg * (1.0 - params.slack)
-    gen_p = others @ params.gen_incidence
     one = jnp.asarray(1.0, pg.dtype)
     if not params.ac:
         post, ps, islanded = _dc_flows(pg, load_p, params, out)
         extra = {"converged": one, "islanded": islanded.astype(pg.dtype)}
         return others + ps * params.slack, post, state.vm, state.va, extra
+    gen_p = others @ params.gen_incidence
     gen_q = params.qg @ params.gen_incidence
     s_bus = ((gen_p - load_p) + 1j * (gen_q - load_q)) / params.base_mva
     v0 = (state.vm * jnp.exp(1j * state.va)).astype(params.acn.v0.dtype)
@@ -556,7 +552,8 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         n1_rate=None if contingencies is None else as_float(
             np.maximum(rate, derived_n1_ratings(case, model, contingencies, rating_margin)) if derive else n1_rating * rate),
     )
-    if secure_iters:  # column i: the flows when unit i injects 1 MW that the slack takes back
+    if secure_iters:  # column i: the flows when unit i injects 1 MW that the slack takes back (`_dc_flows`'
+        # Jacobian, written out: a jacfwd at set-up costs 0.25-0.5 s a make; tests/test_envs.py compares the two)
         gen_ptdf = np.asarray(params.dc.ptdf) @ (np.eye(case.n_bus)[case.gen_bus] * (1.0 - slack)[:, None]
                                                   * (1.0 - np.asarray(params.dc.ref_mask))[None, :]).T
         params = params.replace(gen_ptdf=as_float(gen_ptdf))
