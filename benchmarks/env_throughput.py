@@ -6,8 +6,9 @@
 The evogrid rows use the PowerZooJax "complete pattern" exactly (batch_reset, uniform
 actions [N, T, A], vmap(scan_rollout), returning the reward trajectory; XLA drops what
 is not returned), plus a "full" column that also returns obs, costs and dones. The
-"tso-caseN raw" rows turn the security redispatch off (`secure_iters=0`): the physics step alone, as
-the peer and the reference compute it; the "tso-caseN" rows are the env as made. The
+"tso-caseN raw" rows turn the security redispatch off (`secure_iters=0`), the "dso-case33bw raw" row the
+voltage correction (`volt_rounds=0`): the physics step alone, as the peer and the reference compute it;
+the rows without "raw" are the envs as made. The
 reference loop re-dispatches pandapower's own network of the same MATPOWER case (random
 set-points within limits, scaled loads) and solves it (rundcpp / runpp) once per step in Python;
 for the feeders (33bw, 141) it is the same AC power flow the env solves each step, without the
@@ -25,6 +26,8 @@ import numpy as np
 
 from evogrid.envs import make
 from evogrid.utils.jax_utils import batch_reset, scan_rollout, split_key_for_envs
+
+RAW = {"tso": {"secure_iters": 0}, "dso": {"volt_rounds": 0}}  # the "raw" rows: the operator's correction off
 
 # A peer JAX suite on a 2-core machine like ours (figures quoted in the issue, float32).
 PEER = {("5", "DC"): 5.0e6, ("14", "DC"): 2.0e6, ("118", "DC"): 0.29e6, ("14", "AC"): 30e3, ("118", "AC"): 65.0}
@@ -118,6 +121,7 @@ def main():
     rows = [r for row in dc for r in (row, (row[0] + " raw",) + row[1:])] + [
             ("tso-case14-ac", "14", True, n_envs, PEER[("14", "AC")]),
             ("tso-case118-ac", "118", True, n_envs, PEER[("118", "AC")]), ("dso-case33bw", "33bw", True, n_envs // 2, None),
+            ("dso-case33bw raw", "33bw", True, n_envs // 2, None),
             ("ders-case141", "141", True, n_envs // 2, None), ("dcmg", None, False, n_envs // 4, None),
             ("gencos-case5", None, False, n_envs, None)]
     print(f"# evogrid figures: best of {repeats} calls after the first (compile) call; run-to-run spread on a")
@@ -135,7 +139,7 @@ def main():
         have_pp = False
         print("# pandapower is not installed (`pip install -e .[test]`): its columns show n/a")
     measured = [(row, *evogrid_rate(row[0].removesuffix(" raw"), row[3], 0 if row[0] == "dcmg" else horizon, repeats,
-                                    **({"secure_iters": 0} if row[0].endswith(" raw") else {}))) for row in rows]
+                                    **(RAW[row[0][:3]] if row[0].endswith(" raw") else {}))) for row in rows]
     for (task, pp_case, ac, n, peer), lean, full, compile_s, conv in measured:  # pandapower after, so its threads do not overlap ours
         ref_cols = "- | -" if have_pp or not pp_case else "n/a | n/a"
         if pp_case and have_pp:

@@ -101,6 +101,30 @@ def test_diesel_minimum_load_fuel_and_battery(params):
         np.testing.assert_allclose(float(reward), -0.01 * dollars, rtol=1e-12)
 
 
+def test_backup_covers_what_the_grid_cannot(params):
+    """A step whose load exceeds a 1 MW grid cap (a hot room cooled hard at night, no PV): without the backup
+    the excess is a deficit; with it the battery discharges the excess on top of the policy's request (0.1 MW),
+    and where the battery cannot (empty) the diesel starts, covering the excess (and at least its 0.3 MW minimum
+    load: what it gives beyond the excess comes off the grid's import)."""
+    with jax.enable_x64(True):
+        params = params.replace(grid_cap=jnp.asarray(1.0, params.grid_cap.dtype))
+        state = _state(params, t=0, temp=26.0)
+        off = params.replace(backup=False)
+        _, _, _, costs, _, i = _step(off, state, bat=0.2, setpoint=18.0)
+        load = float(i["it_mw"] + i["cooling_mw"])
+        excess = load - 0.1 - 1.0   # the battery's 0.1 MW asked for, no PV at midnight
+        assert excess > 0.05 and float(params.pv_avail[0, 0]) == 0.0
+        np.testing.assert_allclose(float(costs[2]), excess, rtol=1e-12)
+        _, _, _, costs, _, i = _step(params, state, bat=0.2, setpoint=18.0)
+        assert float(costs[2]) == 0.0 and float(i["diesel_mw"]) == 0.0
+        np.testing.assert_allclose([float(i["battery_mw"]), float(i["grid_mw"])], [0.1 + excess, 1.0], rtol=1e-12)
+        _, _, _, costs, _, i = _step(params, _state(params, t=0, temp=26.0, soc=0.1), bat=0.2, setpoint=18.0)
+        assert float(costs[2]) == 0.0 and float(i["battery_mw"]) == 0.0
+        diesel = max(load - 1.0, 0.3)   # what the grid cannot carry, at least the unit's minimum load
+        np.testing.assert_allclose([float(i["diesel_mw"]), float(i["grid_mw"])], [diesel, load - diesel], rtol=1e-12)
+        assert float(i["fuel_l"]) > 0
+
+
 def test_bad_dcmg_config():
     with pytest.raises(ValueError, match="deferrable"):
         make_dcmg_params(deferrable=1.5)

@@ -14,7 +14,7 @@ Per task family (`evogrid baseline --task NAME` prints the same):
 * DSO and DERs (`feeder.py`): the day's perfect-foresight LinDistFlow QP (DERs: import at the tariff,
   batteries coupling the steps), its voltages corrected against the sweep power flow, the day replayed
   through the env (a good feasible schedule, not a proven optimum); the realisable baseline is the
-  feeder with no control (zero action).
+  feeder with no control (zero action; on dso-case33bw the env's voltage correction still acts on it).
 * TSO, AC (`ac.py`): each step's AC-OPF by PYPOWER's `runopf` (optional dependency) as a reference (no
   ramp limits; a local optimum), and its dispatch replayed through the env.
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-BASELINE_VERSION = "8"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
+BASELINE_VERSION = "9"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
 
 
 def supported(task: str) -> bool:

@@ -12,6 +12,12 @@ Per step (dt hours), powers in MW:
   l/h = fuel_idle * p_max + fuel_slope * P while on) and the grid, capped at `grid_cap`.
   Balance: it + cooling = pv_used + diesel + battery + grid + deficit; surplus is curtailed from PV
   and, beyond that, spilled (no export revenue).
+* Backup (`backup`, default on): what the grid cannot carry (load beyond PV, the set-points and the cap)
+  is covered as a microgrid controller covers it: the battery discharges more, up to what it can give,
+  then the diesel starts or rises (at least to its minimum load); only what neither can give is a
+  deficit. Why: without it the policies kept the diesel running as insurance against the deficit
+  channel (0.5 MWh and $290 of fuel a day, Sep_CMA_ES) and were 18.6% over the LP bound; with it
+  7.9%, feasible on every test day (3 seeds, 200 generations).
 
 Actions in [-1, 1]: [battery (x p_max, + discharge), diesel set-point ((a + 1) / 2 x p_max),
 cooling set-point (mapped to [set_min, set_max] degC), deferral (a > 0: defer that share of this
@@ -36,7 +42,7 @@ from evogrid.envs.profiles import (
     time_features,
 )
 from evogrid.envs.spaces import Box
-from evogrid.physics import Battery, as_float, battery_step, make_battery
+from evogrid.physics import Battery, as_float, battery_limits, battery_step, make_battery
 
 
 @struct.dataclass
@@ -77,6 +83,7 @@ class DCMGParams(EnvParams):
     max_steps: int = struct.field(pytree_node=False, default=288)
     delta_t_hours: float = struct.field(pytree_node=False, default=1.0 / 12.0)
     deadline_steps: int = struct.field(pytree_node=False, default=24)
+    backup: bool = struct.field(pytree_node=False, default=False)  # cover what the grid cannot (battery, then diesel)
 
 
 class DCMicrogridEnv(Environment):
@@ -112,11 +119,21 @@ class DCMicrogridEnv(Environment):
         p_cool = q_cool / params.cop
         # supply: diesel, battery, PV, grid
         d_set = 0.5 * (a_diesel + 1.0) * params.diesel_max
-        on = d_set >= params.diesel_min_frac * params.diesel_max
+        d_min = params.diesel_min_frac * params.diesel_max
+        on = d_set >= d_min
         diesel = jnp.where(on, d_set, 0.0)
-        soc, p_bat, clipped = battery_step(params.battery, state.soc, a_bat[None] * params.battery.p_max_mw, dt)
         load = it + p_cool
         pv = params.pv_avail[state.day, t]
+        request = a_bat[None] * params.battery.p_max_mw
+        if params.backup:   # what the grid cannot carry: the battery discharges more, then the diesel starts or rises
+            p_ch, p_dis = battery_limits(params.battery, state.soc, dt)
+            applied = jnp.clip(request, -p_ch, p_dis)
+            short = jnp.maximum(load - diesel - applied[0] - pv - params.grid_cap, 0.0)
+            request = jnp.where(short > 0, jnp.minimum(applied + short, p_dis), request)
+            short = jnp.maximum(load - diesel - jnp.clip(request, -p_ch, p_dis)[0] - pv - params.grid_cap, 0.0)
+            diesel = jnp.where(short > 0, jnp.clip(jnp.maximum(diesel + short, d_min), 0.0, params.diesel_max), diesel)
+            on = on | (short > 0)
+        soc, p_bat, clipped = battery_step(params.battery, state.soc, request, dt)
         need = load - diesel - p_bat[0]                       # what PV and the grid must cover
         pv_used = jnp.clip(need, 0.0, pv)
         grid_want = need - pv_used                            # < 0: surplus beyond PV curtailment
@@ -186,7 +203,7 @@ def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *,
                      price_tariff=(40.0, 70.0, 130.0), cop: float = 3.5, q_cool_max_mw: float = 2.0,
                      c_th_mwh_per_degc: float = 0.5, tau_hours: float = 10.0, temp_init: float = 22.0,
                      t_limit: float = 27.0, set_range=(18.0, 30.0), reward_scale: float = 0.01, forecast_steps: int = 0,
-                     forecast_error: float = 0.02) -> DCMGParams:
+                     forecast_error: float = 0.02, backup: bool = True) -> DCMGParams:
     """Parameters of `DCMicrogridEnv` (defaults: a ~1 MW IT load, 5-minute steps over one day).
 
     Fuel use defaults follow a common diesel approximation (0.08 l/h per kW rating idle, 0.23 l/kWh);
@@ -195,7 +212,8 @@ def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *,
     "real": the 366 days of 2016 with PV output and dry-bulb temperature of a typical meteorological
     year (Greensboro, NC; `evogrid.data` kind "tmy"). IT work and the tariff are synthetic for both.
     Forecasts: `forecast_steps` > 0 appends to the observation a noisy forecast of the next
-    `forecast_steps` intervals' IT work arriving and PV available (MW) (`profiles.forecast_features`: error `forecast_error` x sqrt(lead))."""
+    `forecast_steps` intervals' IT work arriving and PV available (MW) (`profiles.forecast_features`: error `forecast_error` x sqrt(lead)).
+    `backup=False` turns the controller's cover of what the grid cannot carry off (module docstring)."""
     check_days(max_steps, delta_t_hours, n_days)
     n_source, days = source_days(profiles, n_days, split, seed)
     if not 0.0 <= deferrable <= 1.0 or deadline_steps < 1:
@@ -215,7 +233,7 @@ def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *,
         t_out = 22.5 + 7.5 * np.sin(2 * np.pi * (hours - 9.0) / 24.0)  # coolest ~3 h, warmest ~15 h
         pv = daily_pv_profiles(1, n_source, max_steps, delta_t_hours, seed)[days, :, 0]
     return DCMGParams(
-        max_steps=max_steps, delta_t_hours=delta_t_hours, deadline_steps=deadline_steps,
+        max_steps=max_steps, delta_t_hours=delta_t_hours, deadline_steps=deadline_steps, backup=bool(backup),
         it_arrival=as_float(it_arrival), pv_avail=as_float(pv_mw * pv),
         price=as_float(price_days(profiles, n_days, split, max_steps, delta_t_hours, seed, price_tariff)),
         t_out=as_float(np.broadcast_to(t_out, (len(days), max_steps))), deferrable=as_float(deferrable),

@@ -12,7 +12,14 @@ Controllable resources at configurable buses:
 * PV inverters: two actions each, curtailment of max(a, 0) of the available
   power and reactive power q = a_q * sqrt(S^2 - P^2) within the inverter rating S.
 The zero action is "no control": no shift, no curtailment, unity power factor.
-Each step solves the radial AC power flow by backward/forward sweep.
+Each step solves the radial AC power flow by backward/forward sweep. On the DSO task (`volt_rounds`,
+default VOLT_ROUNDS = 2; 0 turns it off) controls that would leave a bus voltage outside its band are
+corrected as a DSO's controller would, by about the cheapest move, reactive power first
+(`voltage_correction`), and the step applies and costs the corrected controls. Why: on the 8 of 16 test
+days no control can hold in the band, the policies traded cost on every day for less violation on those
+(Sep_CMA_ES: 13.8% over the oracle's cost on the days it solves); with the correction a policy's violation
+on such days is the correction's floor whatever it asks for, and the policies learn cost
+(dso-case33bw, 3 seeds: Sep_CMA_ES -1.5%, Open_ES 1.5%, every solvable test day within the band).
 
 reward = -(loss energy * loss_price + curtailed energy * curtail_price
            + shifted energy * discomfort_price) * reward_scale   ($ before scaling)
@@ -80,6 +87,8 @@ class DistParams(EnvParams):
     flex_deadband: jnp.ndarray = None  # |action| up to which a flexible load does not move
     v_min: jnp.ndarray = None
     v_max: jnp.ndarray = None
+    volt_sens_p: jnp.ndarray = None  # [n_bus, n_flex + n_pv] d|V|^2 per MW of net load at the flexible, then PV buses
+    volt_sens_q: jnp.ndarray = None  # [n_bus, n_flex + n_pv] the same per MVAr
     i_max: jnp.ndarray = None        # [n_branch] p.u. current rating, inf = unlimited
     loss_price: jnp.ndarray = None   # $/MWh
     curtail_price: jnp.ndarray = None
@@ -90,6 +99,7 @@ class DistParams(EnvParams):
     init_obs: jnp.ndarray = None     # [n_days, obs_dim]
     base_mva: float = struct.field(pytree_node=False, default=10.0)
     sweeps: int = struct.field(pytree_node=False, default=30)
+    volt_rounds: int = struct.field(pytree_node=False, default=0)  # voltage-correction rounds (`voltage_correction`)
 
 
 class DistGridEnv(Environment):
@@ -113,7 +123,9 @@ class DistGridEnv(Environment):
 
     def _solve_feeder(self, state, action, params: DistParams, p_inject=0.0):
         """Apply the flexible-load and PV actions (the first n_flex + 2 n_pv entries of `action`) and
-        any further active injection `p_inject` ([n_bus] MW), then solve the feeder by backward/forward sweep.
+        any further active injection `p_inject` ([n_bus] MW), then solve the feeder by backward/forward sweep;
+        with `params.volt_rounds` > 0, controls that leave a bus voltage outside its band are corrected first
+        (`voltage_correction`) and the corrected ones are what the step applies and costs.
 
         Returns (flow, info): flow has vm, v (complex), costs (voltage, thermal) and shift_abs_mw; info has
         losses_mw, substation_mw (import at the root = load + losses - PV - p_inject), pv_mw,
@@ -123,18 +135,32 @@ class DistGridEnv(Environment):
         n_pv = params.pv_incidence.shape[0]
         a_flex, a_curt, a_q = action[:n_flex], action[n_flex:n_flex + n_pv], action[n_flex + n_pv:n_flex + 2 * n_pv]
         t = state.time_step
-        load_p, load_q = params.load_p[state.day, t], params.load_q[state.day, t]
+        load_p = params.load_p[state.day, t]
         flex_p = params.flex_incidence @ load_p               # [n_flex] MW at the flexible buses
-        u = flex_share(a_flex, params.flex_deadband)
-        shift = params.shift_max * u * flex_p                 # MW added (+) or removed (-)
-        scale = 1.0 + (params.shift_max * u) @ params.flex_incidence
-        load_p, load_q = load_p * scale, load_q * scale
         avail = params.pv_avail[state.day, t] * params.pv_rating
+        shift = params.shift_max * flex_share(a_flex, params.flex_deadband) * flex_p   # MW added (+) or removed (-)
         curtail = jnp.maximum(a_curt, 0.0) * avail
-        pv_p = avail - curtail
-        pv_q = a_q * jnp.sqrt(jnp.maximum(params.inverter_s**2 - pv_p**2, 0.0))
+        q = a_q * _headroom(params, avail - curtail)
+        flow, info = self._feeder_flow(state, shift, curtail, q, params, p_inject)
+        for _ in range(params.volt_rounds):   # correct against the latest sweep; a feeder within its band is left as it is
+            moved = voltage_correction(state, (shift, curtail, q), flow["vm"], params)
+            outside = jnp.any((flow["vm"] < params.v_min) | (flow["vm"] > params.v_max))
+            shift, curtail, q = (jnp.where(outside, m, x) for m, x in zip(moved, (shift, curtail, q)))
+            flow, info = jax.tree_util.tree_map(lambda new, old: jnp.where(outside, new, old),
+                                                self._feeder_flow(state, shift, curtail, q, params, p_inject), (flow, info))
+        return flow, info
+
+    def _feeder_flow(self, state, shift, curtail, q, params: DistParams, p_inject):
+        """The sweep power flow of the step with the flexible loads moved by `shift` [n_flex] MW (P and Q
+        scale together), `curtail` [n_pv] MW of PV curtailed and `q` [n_pv] MVAr injected: (flow, info)."""
+        t = state.time_step
+        load_p, load_q = params.load_p[state.day, t], params.load_q[state.day, t]
+        flex_p = params.flex_incidence @ load_p
+        scale = 1.0 + jnp.where(flex_p > 0, shift / jnp.where(flex_p > 0, flex_p, 1.0), 0.0) @ params.flex_incidence
+        load_p, load_q = load_p * scale, load_q * scale
+        pv_p = params.pv_avail[state.day, t] * params.pv_rating - curtail
         net_p = load_p - pv_p @ params.pv_incidence - p_inject
-        s_load = (net_p + 1j * (load_q - pv_q @ params.pv_incidence)) / params.base_mva
+        s_load = (net_p + 1j * (load_q - q @ params.pv_incidence)) / params.base_mva
         v0 = jax.lax.complex(state.v_re, state.v_im).astype(params.net.z.dtype)
         v, i_br, converged = backward_forward_sweep(params.net, s_load, v0, iters=params.sweeps)
         # an unconverged but finite iterate is kept (flagged; its losses and voltages count); a non-finite one
@@ -205,6 +231,90 @@ class DistGridEnv(Environment):
 
 
 FLEX_DEADBAND = 0.4
+VOLT_ROUNDS = 2        # voltage-correction rounds of the DSO task (make_dist_params), each one more sweep
+VOLT_STEPS = 8         # linear least-norm steps per round
+VOLT_BUSES = 2         # buses furthest outside (or at the edge of) the band, taken per step
+VOLT_MARGIN = 1e-4     # p.u. of |V| aimed inside the band, as the oracle's schedule (feeder.V_MARGIN)
+VOLT_BAND = 1e-4       # p.u. of |V|^2: a bus this close to its limit is held there, not pushed back over
+VOLT_DAMPING = 1e-2    # Levenberg-Marquardt damping, relative to the mean diagonal of the step's system
+Q_WEIGHT = 0.001         # weight of reactive power against the cheaper of shifting and curtailing (it has no price)
+
+
+def _headroom(params: DistParams, pv_p):
+    """[n_pv] MVAr the inverters can give or take at active output `pv_p` MW."""
+    return jnp.sqrt(jnp.maximum(params.inverter_s**2 - pv_p**2, 0.0))
+
+
+def voltage_correction(state, controls, vm, params: DistParams):
+    """Voltage correction: move the controls (shift [n_flex] MW, curtail [n_pv] MW, q [n_pv] MVAr) by about
+    the cheapest amount that brings every bus voltage within [v_min, v_max] (VOLT_MARGIN inside), each
+    within its range, as a DSO's controller overrides set-points that would leave the band. `vm` [n_bus]
+    are the voltages the sweep found at `controls`.
+
+    LinDistFlow gives |V|^2 affinely in the net loads: d|V_j|^2 / dP_m = -2 sum of r over the branches the
+    paths to j and m share / base (`volt_sens_p`, and x for Q), so the step is a linear problem around
+    the sweep's voltages. VOLT_STEPS Gauss-Newton steps on it, each over the VOLT_BUSES buses furthest
+    outside the band: d = W^-1 J^T (J W^-1 J^T + damping)^-1 r, the least change weighted by cost W (the
+    discomfort price for shifts, the curtailment price for curtailment, Q_WEIGHT of the cheaper of the
+    two for reactive power, which costs only losses), a control that d would push past its range held
+    there and d solved again (the same step as the transmission env's security redispatch,
+    `trans.secure_redispatch`). The caller re-solves the sweep after each call (`volt_rounds` times), so
+    the linear model's error (losses) is corrected against the real power flow. Where no controls within
+    their ranges reach the band (a day too heavy for the feeder's resources), what is left shows in the
+    `voltage` channel."""
+    from evogrid.envs.trans import _spd_solve
+
+    shift, curtail, q = controls
+    n_flex = shift.shape[0]
+    t = state.time_step
+    load_p, load_q = params.load_p[state.day, t], params.load_q[state.day, t]
+    flex_p, flex_q = params.flex_incidence @ load_p, params.flex_incidence @ load_q
+    avail = params.pv_avail[state.day, t] * params.pv_rating
+    ratio = jnp.where(flex_p > 0, flex_q / jnp.where(flex_p > 0, flex_p, 1.0), 0.0)   # a shift moves Q with P
+    sp, sq = params.volt_sens_p, params.volt_sens_q
+    # d|V|^2 per unit of each control: shifting adds load; curtailing removes PV (adds net load); q injects
+    jac = jnp.concatenate([sp[:, :n_flex] + sq[:, :n_flex] * ratio, sp[:, n_flex:], -sq[:, n_flex:]], axis=1)
+    room = _headroom(params, avail - curtail)
+    x0 = jnp.concatenate([shift, curtail, q])
+    lo = jnp.concatenate([-params.shift_max * flex_p, jnp.zeros_like(avail), -room])
+    hi = jnp.concatenate([params.shift_max * flex_p, avail, room])
+    cheap = jnp.minimum(params.discomfort_price, jnp.where(params.curtail_price > 0, params.curtail_price, params.discomfort_price))
+    weight = jnp.concatenate([jnp.broadcast_to(params.discomfort_price, shift.shape),
+                              jnp.broadcast_to(params.curtail_price, curtail.shape),
+                              jnp.broadcast_to(Q_WEIGHT * cheap, q.shape)])
+    weight = jnp.maximum(weight, Q_WEIGHT * cheap)   # a free control (no price) still has a finite weight
+    u0 = vm**2
+    u_lo, u_hi = (params.v_min + VOLT_MARGIN) ** 2, (params.v_max - VOLT_MARGIN) ** 2
+    k = min(VOLT_BUSES, vm.shape[0])
+
+    def step(i, x):
+        u = u0 + jac @ (x - x0)
+        low, high = u_lo - u, u - u_hi
+        need = jnp.maximum(low, high)
+        worst, idx = jax.lax.top_k(need, k)
+        active = worst > -VOLT_BAND   # outside the band, or at its edge: held there (not pushed over by the other's move)
+        rows = jnp.where(low[idx] >= high[idx], 1.0, -1.0)[:, None] * jac[idx]   # [k, n] d(need met)/d control
+        r = jnp.where(active, jnp.maximum(worst, 0.0), 0.0)
+
+        def least_norm_step(free):
+            a = jnp.where(active[:, None] & free[None, :], rows, 0.0)
+            aw = a / weight
+            gram = aw @ a.T
+            damp = VOLT_DAMPING * jnp.trace(gram) / k + jnp.sqrt(jnp.finfo(x.dtype).tiny)
+            return _spd_solve(gram + damp * jnp.eye(k, dtype=x.dtype), r) @ aw
+
+        tier = (weight <= Q_WEIGHT * cheap) | (i >= VOLT_STEPS // 2)   # reactive power alone first, then every control
+        d = least_norm_step(tier)
+        d = least_norm_step(tier & ~(((x <= lo) & (d < 0)) | ((x >= hi) & (d > 0))))
+        return jnp.clip(x + d, lo, hi)
+
+    x = jax.lax.fori_loop(0, VOLT_STEPS, step, x0)
+    n_pv = curtail.shape[0]
+    shift, curtail, q = x[:n_flex], x[n_flex:n_flex + n_pv], x[n_flex + n_pv:]
+    room = _headroom(params, avail - curtail)   # curtailing frees inverter capacity; q stays within what is left
+    return shift, curtail, jnp.clip(q, -room, room)
+
+
 
 
 def flex_share(action, deadband):
@@ -224,7 +334,7 @@ def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hou
                      split: str = "all", profiles: str = "synthetic",
                      v_min: float = 0.95, v_max: float = 1.05, loss_price: float = 50.0, curtail_price: float = 40.0,
                      discomfort_price: float = 20.0, reward_scale: float = 0.1, sweeps: int = 30, forecast_steps: int = 0,
-                     forecast_error: float = 0.02) -> DistParams:
+                     forecast_error: float = 0.02, volt_rounds: int = VOLT_ROUNDS) -> DistParams:
     """Parameters of `DistGridEnv`. Bus numbers are the case file's (1-based for 33bw).
 
     Days (`profiles`): "synthetic", `n_days` (default 64) seeded days scaled from the case's Pd/Qd
@@ -238,13 +348,14 @@ def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hou
     `sweeps`: the most backward/forward sweeps per step, warm-started from the previous step's
     voltages; they stop once their error estimate is below the dtype's tolerance (`backward_forward_sweep`;
     4 to 5 sweeps on random-action days of 141).
+    `volt_rounds`: voltage-correction rounds per step (module docstring; each one more sweep); 0 turns it off.
     """
     case, fields = feeder_fields(case, max_steps, delta_t_hours, pv_buses=pv_buses, pv_rating_mw=pv_rating_mw,
                                  inverter_oversize=inverter_oversize, flex_buses=flex_buses, shift_max=shift_max,
                                  flex_deadband=flex_deadband, n_days=n_days, seed=seed, split=split, profiles=profiles, v_min=v_min, v_max=v_max, loss_price=loss_price,
                                  curtail_price=curtail_price, discomfort_price=discomfort_price,
                                  reward_scale=reward_scale, sweeps=sweeps, forecast_steps=forecast_steps,
-                                 forecast_error=forecast_error)
+                                 forecast_error=forecast_error, volt_rounds=volt_rounds)
     return with_initial_states(DistGridEnv(), DistParams(**fields))
 
 
@@ -260,9 +371,11 @@ def bus_rows(case: Case, name: str, buses) -> list[int]:
 
 def feeder_fields(case, max_steps, delta_t_hours, *, pv_buses, pv_rating_mw, inverter_oversize, flex_buses,
                   shift_max, flex_deadband, n_days, seed, split, profiles, v_min, v_max, loss_price, curtail_price, discomfort_price,
-                  reward_scale, sweeps, forecast_steps=0, forecast_error=0.02):
+                  reward_scale, sweeps, forecast_steps=0, forecast_error=0.02, volt_rounds=0):
     """The `DistParams` fields shared by the feeder tasks (DSO and DERs): (case, fields dict)."""
     check_days(max_steps, delta_t_hours, n_days)
+    if not isinstance(volt_rounds, (int, np.integer)) or volt_rounds < 0:
+        raise ValueError(f"volt_rounds must be an integer >= 0 (0: no voltage correction), got {volt_rounds!r}")
     if not 0.0 <= flex_deadband < 1.0:
         raise ValueError(f"flex_deadband must be in [0, 1), got {flex_deadband}")
     case = load_case(case) if not isinstance(case, Case) else case
@@ -273,6 +386,10 @@ def feeder_fields(case, max_steps, delta_t_hours, *, pv_buses, pv_rating_mw, inv
     ratio = np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
     pv = pv_days(profiles, len(pv_buses), n_days, split, max_steps, delta_t_hours, seed)
     pv_rating = np.broadcast_to(np.asarray(pv_rating_mw, float), (len(pv_buses),))
+    # LinDistFlow: d|V_j|^2 / d(net load at m) = -2 sum over the branches on both paths of r (x for Q) / base, per MW
+    down, z = np.asarray(net.down, np.float64), np.asarray(net.z, np.complex128)
+    at = np.concatenate([eye[flex_rows], eye[pv_rows]]).T
+    sens_p, sens_q = (-2.0 * down.T @ (w[:, None] * down) @ at / case.base_mva for w in (z.real, z.imag))
     return case, dict(
         max_steps=max_steps, delta_t_hours=delta_t_hours, base_mva=case.base_mva, sweeps=sweeps,
         load_p=as_float(load_p), load_q=as_float(load_p * ratio), pv_avail=as_float(pv),
@@ -281,7 +398,8 @@ def feeder_fields(case, max_steps, delta_t_hours, *, pv_buses, pv_rating_mw, inv
         shift_max=as_float(shift_max), flex_deadband=as_float(flex_deadband), v_min=as_float(v_min), v_max=as_float(v_max),
         i_max=as_float(case.rate_a / case.base_mva), loss_price=as_float(loss_price),
         curtail_price=as_float(curtail_price), discomfort_price=as_float(discomfort_price),
-        reward_scale=as_float(reward_scale), net=net,
+        reward_scale=as_float(reward_scale), net=net, volt_rounds=int(volt_rounds),
+        volt_sens_p=as_float(sens_p), volt_sens_q=as_float(sens_q),
         time_features=as_float(time_features(max_steps, delta_t_hours)),
         forecast=as_float(forecast_features(np.stack([load_p.sum(-1) / max(case.bus[:, PD].sum(), 1e-9), pv.mean(-1)], axis=-1),
                                             profiles, n_days, split, forecast_steps, forecast_error, seed)),
@@ -292,7 +410,7 @@ def with_initial_states(env: DistGridEnv, params):
     """Cache each day's state before its first step: the power flow of its first interval with no
     control (all-zero action), solved with extra sweeps. Sets `params.init` and `params.init_obs`."""
     neutral = jnp.zeros(env.action_space(params).shape)
-    solve = params.replace(sweeps=max(params.sweeps, 60))
+    solve = params.replace(sweeps=max(params.sweeps, 60), volt_rounds=0)
 
     def one_day(day):
         flat = env.start_state(day, params)
