@@ -5,7 +5,8 @@
 Each run trains with the algorithm's defaults for the budget below (or `--generations`), then plays
 the chosen policy on every test day. One JSON line per (algorithm, task, seed) goes to
 `<out>/results.jsonl` as soon as it finishes, so a killed bench resumes where it stopped (finished
-runs are skipped); a run that fails (e.g. NaN) is recorded with its error and the grid goes on.
+runs are skipped; a run stopped by Ctrl-C or SIGTERM is not recorded and runs again); a run that fails
+(e.g. NaN) is recorded with its error and the grid goes on.
 Seeds of one cell run one after another in the same compiled program (one workflow object, a key
 per seed: the learn loop is Python, so seeds are not vmapped). `<out>/results.md` and
 `<out>/results.png` summarise each cell: the gap to the oracle in % of cost (mean over seeds with a
@@ -80,6 +81,9 @@ def run_one(workflow, seed: int, generations: int) -> dict:
 
     t0 = time.perf_counter()
     state, history = workflow.learn(workflow.init(jax.random.key(seed)), generations, progress=False)
+    if workflow.interrupted:   # Ctrl-C / SIGTERM: a run cut short is not a result; rerunning the bench redoes it
+        raise KeyboardInterrupt(f"stopped during {workflow.config.algorithm} on {workflow.config.task} seed {seed}; "
+                                "finished runs are kept, run the same command again to resume")
     ev = workflow.evaluate(state)
     wall = time.perf_counter() - t0
     day_return = np.asarray(ev["day_return"], np.float64)

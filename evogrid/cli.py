@@ -404,8 +404,12 @@ def _bench(args) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     out = Path(args.out)
-    bench.bench(split(args.algorithms), split(args.tasks), args.seeds, out, args.generations,
-                log=lambda m: print(m, flush=True))
+    try:
+        bench.bench(split(args.algorithms), split(args.tasks), args.seeds, out, args.generations,
+                    log=lambda m: print(m, flush=True))
+    except KeyboardInterrupt as stop:
+        print(f"evogrid bench: {stop or 'stopped'}", file=sys.stderr)
+        return 130
     print((out / "results.md").read_text())
     print(f"written: {out / 'results.jsonl'}, {out / 'results.md'}, {out / 'results.png'}")
     return 0

@@ -40,6 +40,15 @@ def test_bench_resumes_and_records_failures(tmp_path, monkeypatch):
     assert "| tso-case5 | Open_ES |" in table and "oracle solves |" in table and (out / "results.png").stat().st_size > 1000
     lines = (out / "results.jsonl").read_text().splitlines()
     assert [json.loads(x)["seed"] for x in lines] == [0, 0, 1, 1] or len(lines) == 4
+    # a stop request (Ctrl-C / SIGTERM) during a run: the bench stops and the cut-short run is not recorded
+    import contextlib
+
+    from evogrid.workflows import base
+
+    monkeypatch.setattr(base, "_stop_requests", lambda: contextlib.nullcontext(lambda: True))
+    with pytest.raises(KeyboardInterrupt, match="stopped during Open_ES on tso-case5 seed 2"):
+        bench.bench(["Open_ES"], ["tso-case5"], 3, out, generations=2, log=logs.append)
+    assert len((out / "results.jsonl").read_text().splitlines()) == 4
 
 
 def test_bootstrap_interval_brackets_the_mean():
