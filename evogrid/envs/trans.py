@@ -109,6 +109,7 @@ from evogrid.physics import (
     newton_raphson_q_limits,
     outage_flows,
 )
+from evogrid.utils.jax_utils import spd_solve
 
 SLOW_RAMP, FAST_RAMP = 0.03, 0.5  # share of Pmax per hour: the cheaper half of the fleet, the rest (merit_ramp_rates)
 N1_RATING = 1.25      # post-contingency limit: this times the line rating (a short-term emergency rating)
@@ -339,7 +340,7 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int):
     the total: d = -J^T (J J^T + damping)^-1 r, J the lines' sensitivities and a row of ones, over the
     units free to move (a unit at a window end that d would push out is held there and d solved again);
     then clips to the windows and rebalances as the automatic generation control does (`_follow_load`).
-    The system is 3x3, solved by an unrolled elimination (`_spd_solve`): a batched LAPACK call per env
+    The system is 3x3, solved by an unrolled elimination (`spd_solve`): a batched LAPACK call per env
     would not vectorise. Checked against scipy's trust-constr projection in tests/test_envs.py; cost
     measured in benchmarks/env_throughput.py (the tso rows as made against the "raw" ones)."""
     target = rate * (1.0 - SECURE_MARGIN)
@@ -363,7 +364,7 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int):
                                    free[None, :].astype(pg.dtype)])      # + the balance row
             gram = jac @ jac.T
             damp = SECURE_DAMPING * jnp.trace(gram) / (k + 1) + jnp.finfo(pg.dtype).tiny
-            return -(_spd_solve(gram + damp * jnp.eye(k + 1, dtype=pg.dtype), r) @ jac)
+            return -(spd_solve(gram + damp * jnp.eye(k + 1, dtype=pg.dtype), r) @ jac)
 
         d = least_norm_step(jnp.ones(pg.shape, bool))
         d = least_norm_step(~(((pg <= lo) & (d < 0)) | ((pg >= hi) & (d > 0))))  # units d pushes out of their window stay
@@ -372,17 +373,6 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int):
         return jnp.where(jnp.any(jnp.abs(f) > rate * (1.0 + 1e-9)), moved, pg)
 
     return jax.lax.fori_loop(0, iters, step, pg)
-
-
-def _spd_solve(a, b):
-    """x = a^-1 b for a small symmetric positive definite `a` [n, n] (static n): Gauss-Jordan elimination
-    without pivoting (a is SPD), unrolled into n rank-one updates, which vectorise across a vmapped batch
-    where a batched LAPACK call would not."""
-    m = jnp.concatenate([a, b[:, None]], axis=1)
-    for i in range(a.shape[0]):
-        row = m[i] / m[i, i]
-        m = (m - jnp.outer(m[:, i], row)).at[i].set(row)
-    return m[:, -1]
 
 
 def _solve(pg, load_p, load_q, state, params: TransParams, out):
