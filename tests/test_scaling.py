@@ -64,6 +64,7 @@ def single(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow   # subprocesses
 def test_two_devices_match_one_device_bit_for_bit(single, tmp_path):
     out = tmp_path / "two"
     stdout = _finish(_train(out, devices=2))
@@ -71,6 +72,7 @@ def test_two_devices_match_one_device_bit_for_bit(single, tmp_path):
     _assert_same_run(single, out)
 
 
+@pytest.mark.slow   # subprocesses
 def test_two_processes_match_one_process_and_restore_in_one(single, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -94,6 +96,7 @@ def test_population_must_split_evenly_over_devices():
         ECConfig(task="tso-case5", pop_size=8, eval_block=3)
 
 
+@pytest.mark.slow   # subprocesses
 def test_distributed_needs_an_output_directory():
     out = subprocess.run([sys.executable, "-m", "evogrid.cli", "train", "--distributed", "--coordinator", "127.0.0.1:1",
                           "--num-processes", "1", "--process-id", "0", "--generations", "1"],
