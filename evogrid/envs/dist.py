@@ -53,7 +53,7 @@ from evogrid.physics import (
     backward_forward_sweep,
     make_radial_network,
 )
-from evogrid.utils.jax_utils import spd_solve, tree_where
+from evogrid.utils.jax_utils import held_least_norm_step, tree_where
 
 
 @struct.dataclass
@@ -295,17 +295,8 @@ def voltage_correction(state, controls, vm, params: DistParams):
         active = worst > -VOLT_BAND   # outside the band, or at its edge: held there (not pushed over by the other's move)
         rows = jnp.where(low[idx] >= high[idx], 1.0, -1.0)[:, None] * jac[idx]   # [k, n] d(need met)/d control
         r = jnp.where(active, jnp.maximum(worst, 0.0), 0.0)
-
-        def least_norm_step(free):
-            a = jnp.where(active[:, None] & free[None, :], rows, 0.0)
-            aw = a / weight
-            gram = aw @ a.T
-            damp = VOLT_DAMPING * jnp.trace(gram) / k + jnp.sqrt(jnp.finfo(x.dtype).tiny)
-            return spd_solve(gram + damp * jnp.eye(k, dtype=x.dtype), r) @ aw
-
         tier = (weight <= Q_WEIGHT * cheap) | (i >= VOLT_STEPS // 2)   # reactive power alone first, then every control
-        d = least_norm_step(tier)
-        d = least_norm_step(tier & ~(((x <= lo) & (d < 0)) | ((x >= hi) & (d > 0))))
+        d = held_least_norm_step(jnp.where(active[:, None], rows, 0.0), r, x, lo, hi, tier, weight, VOLT_DAMPING)
         return jnp.clip(x + d, lo, hi)
 
     x = jax.lax.fori_loop(0, VOLT_STEPS, step, x0)

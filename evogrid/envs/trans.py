@@ -109,7 +109,7 @@ from evogrid.physics import (
     newton_raphson_q_limits,
     outage_flows,
 )
-from evogrid.utils.jax_utils import spd_solve
+from evogrid.utils.jax_utils import held_least_norm_step
 
 SLOW_RAMP, FAST_RAMP = 0.03, 0.5  # share of Pmax per hour: the cheaper half of the fleet, the rest (merit_ramp_rates)
 N1_RATING = 1.25      # post-contingency limit: this times the line rating (a short-term emergency rating)
@@ -340,8 +340,8 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int):
     the total: d = -J^T (J J^T + damping)^-1 r, J the lines' sensitivities and a row of ones, over the
     units free to move (a unit at a window end that d would push out is held there and d solved again);
     then clips to the windows and rebalances as the automatic generation control does (`_follow_load`).
-    The system is 3x3, solved by an unrolled elimination (`spd_solve`): a batched LAPACK call per env
-    would not vectorise. Checked against scipy's trust-constr projection in tests/test_envs.py; cost
+    The system is 3x3, solved by an unrolled elimination (`held_least_norm_step`, `spd_solve`): a batched
+    LAPACK call per env would not vectorise. Checked against scipy's trust-constr projection in tests/test_envs.py; cost
     measured in benchmarks/env_throughput.py (the tso rows as made against the "raw" ones)."""
     target = rate * (1.0 - SECURE_MARGIN)
     # a hair inside the windows: the slack's output is recomputed from the balance, and float rounding at
@@ -356,18 +356,10 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int):
         worst, idx = jax.lax.top_k(resid, k)
         active = worst > -SECURE_BAND * target[idx]   # over, or at the rating (kept there, not pushed back over)
         rows = jnp.sign(f[idx])[:, None] * sens[idx]    # [k, n_units] d|f|/d output
-        r = jnp.where(active, worst, 0.0)
-        r = jnp.concatenate([r, jnp.zeros(1, pg.dtype)])
-
-        def least_norm_step(free):
-            jac = jnp.concatenate([jnp.where(active[:, None] & free[None, :], rows, 0.0),
-                                   free[None, :].astype(pg.dtype)])      # + the balance row
-            gram = jac @ jac.T
-            damp = SECURE_DAMPING * jnp.trace(gram) / (k + 1) + jnp.finfo(pg.dtype).tiny
-            return -(spd_solve(gram + damp * jnp.eye(k + 1, dtype=pg.dtype), r) @ jac)
-
-        d = least_norm_step(jnp.ones(pg.shape, bool))
-        d = least_norm_step(~(((pg <= lo) & (d < 0)) | ((pg >= hi) & (d > 0))))  # units d pushes out of their window stay
+        r = jnp.concatenate([-jnp.where(active, worst, 0.0), jnp.zeros(1, pg.dtype)])
+        jac = jnp.concatenate([jnp.where(active[:, None], rows, 0.0), jnp.ones((1,) + pg.shape, pg.dtype)])  # + the balance row
+        # units d pushes out of their window stay
+        d = held_least_norm_step(jac, r, pg, lo, hi, jnp.ones(pg.shape, bool), 1.0, SECURE_DAMPING)
         moved = _follow_load(jnp.clip(pg + d, lo, hi), lo, hi, demand)
         # within the ratings (to 1e-9, round-off of a schedule at its limits; float32 sees the rating itself): as it is
         return jnp.where(jnp.any(jnp.abs(f) > rate * (1.0 + 1e-9)), moved, pg)

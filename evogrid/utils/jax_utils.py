@@ -82,6 +82,24 @@ def spd_solve(a, b):
     return m[:, -1]
 
 
+def held_least_norm_step(a, r, x, lo, hi, free, weight, damping):
+    """The least change d of x [n], weighted by `weight` (scalar or [n]), with a d = r (rows `a` [m, n], m
+    small and static) over the `free` columns: d = W^-1 a' (a W^-1 a' + damping)^-1 r, `damping` relative
+    to the mean diagonal (Levenberg-Marquardt); then solved again with the columns that d would push past
+    [lo, hi] at x held. The step of both operator corrections (`envs.trans.secure_redispatch`,
+    `envs.dist.voltage_correction`). The damping's floor (sqrt of the dtype's tiny) keeps a system with
+    every column held finite (d = 0) where the tiny itself would overflow r / damping."""
+    def solve(free):
+        af = jnp.where(free[None, :], a, 0.0)
+        aw = af / weight
+        gram = aw @ af.T
+        damp = damping * jnp.trace(gram) / a.shape[0] + jnp.sqrt(jnp.finfo(x.dtype).tiny)
+        return spd_solve(gram + damp * jnp.eye(a.shape[0], dtype=x.dtype), r) @ aw
+
+    d = solve(free)
+    return solve(free & ~(((x <= lo) & (d < 0)) | ((x >= hi) & (d > 0))))
+
+
 _ROLLOUT_HELPERS = ("split_key_for_envs", "batch_reset", "batch_step", "scan_rollout")
 
 
