@@ -259,8 +259,8 @@ def voltage_correction(state, controls, vm, params: DistParams):
     discomfort price for shifts, the curtailment price for curtailment, Q_WEIGHT of the cheaper of the
     two for reactive power, which costs only losses; reactive power alone for the first half of the steps,
     every control after), a control that d would push past its range held
-    there and d solved again (the same step as the transmission env's security redispatch,
-    `trans.secure_redispatch`). The caller re-solves the sweep after each call (`volt_rounds` times), so
+    there and d solved again (`utils.jax_utils.held_least_norm_step`, the step of the transmission env's
+    security redispatch too). The caller re-solves the sweep after each call (`volt_rounds` times), so
     the linear model's error (losses) is corrected against the real power flow. Where no controls within
     their ranges reach the band (a day too heavy for the feeder's resources), what is left shows in the
     `voltage` channel."""
