@@ -14,7 +14,7 @@ DT = 1.0 / 12.0
 @pytest.fixture(scope="module")
 def params():
     with jax.enable_x64(True):
-        yield make_dcmg_params(n_days=2, deadline_steps=2)
+        yield make_dcmg_params(n_days=2, deadline_steps=2, set_range=(18.0, 30.0))
 
 
 def _state(params, t=0, temp=22.0, queue=(0.0, 0.0), soc=0.5):
@@ -83,6 +83,14 @@ def test_deferred_work_runs_late_and_counts_as_sla_violation(params):
         _, s, _, c, _, i = _step(params, _state(params, queue=(0.2, 0.4)), defer=-0.5)
         np.testing.assert_allclose(np.asarray(s.queue), [0.3, 0.0], rtol=1e-12)  # 0.2 + 0.1 served, 0.3 left
         np.testing.assert_allclose(float(i["it_mw"]), a0 + 0.3, rtol=1e-12)
+        # deadlines stop at the day's last step T - 1: deferred at T - 2 it is due next step; at T - 1 nothing waits
+        T = params.max_steps
+        b, c = float(params.it_arrival[0, T - 2]), float(params.it_arrival[0, T - 1])
+        _, s, _, _, _, _ = _step(params, _state(params, t=T - 2), defer=1.0)
+        np.testing.assert_allclose(np.asarray(s.queue), [0.3 * b, 0.0], rtol=1e-12)
+        _, s, _, cost, _, i = _step(params, s, defer=1.0)
+        np.testing.assert_allclose(np.asarray(s.queue), [0.0, 0.0], atol=1e-12)
+        np.testing.assert_allclose([float(cost[0]), float(i["it_mw"])], [0.3 * b, c + 0.3 * b], rtol=1e-12)
 
 
 def test_diesel_minimum_load_fuel_and_battery(params):

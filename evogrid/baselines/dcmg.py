@@ -3,8 +3,8 @@
 Over the day's T steps (dt hours), with every profile known in advance, the LP chooses (MW unless said):
 
     x[t, j] >= 0   IT work arriving at t served at t + j, j = 0..D (D = deadline_steps); sum_j x[t, j] =
-                   arrival[t] and x[t, 0] >= (1 - deferrable) arrival[t]; work due after the day's end may
-                   stay unserved, as the env's queue may end the day full
+                   arrival[t] and x[t, 0] >= (1 - deferrable) arrival[t]; x[t, j] = 0 where t + j > T - 1
+                   (the env's deadlines stop at the day's last step: the day's work is done within it)
     q[t] in [0, q_cool_max]   heat removed; room temp[t+1] = temp[t] (1 - dt/tau) + dt (it[t] - q[t]) / c_th
                    + dt t_out[t] / tau, temp[t+1] <= t_limit, temp[0] = temp_init
     ch, dis in [0, p_max], soc[t+1] = soc[t] + dt (eta_c ch - dis / eta_d) / capacity in [soc_min, soc_max]
@@ -75,6 +75,8 @@ def _day_lp(params, d: int, g):
     t = np.arange(T)
     x_of = lambda ta, j: start["x"] + ta * (D + 1) + j
     lo[x_of(t, 0)] = (1.0 - f["deferrable"]) * arrival   # the share that cannot wait runs on arrival
+    late = t[:, None] + np.arange(D + 1)[None, :] > T - 1
+    up[x_of(np.nonzero(late)[0], np.nonzero(late)[1])] = 0.0   # nothing is served after the day's end
 
     rows, cols, vals, r_lo, r_up = [], [], [], [], []
     row = 0
@@ -86,7 +88,7 @@ def _day_lp(params, d: int, g):
         r_lo.append(low), r_up.append(high)
         row += 1
 
-    for ta in range(T):                                       # every arrival is served (or left past the day)
+    for ta in range(T):                                       # every arrival is served within the day
         add([(x_of(ta, j), 1.0) for j in range(D + 1)], arrival[ta], arrival[ta])
     served = [[(x_of(ta, tb - ta), 1.0) for ta in range(max(0, tb - D), tb + 1)] for tb in range(T)]
     for tb in range(T):
