@@ -8,7 +8,7 @@ from conftest import ppc_of, pypower_opts
 from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
-from evogrid.envs.trans import SECURE_MARGIN, WINDOW_MARGIN, _dc_flows, dispatch_action, ramp_window, setpoints_in_band
+from evogrid.envs.trans import SECURE_MARGIN, WINDOW_MARGIN, _dc_flows, _reach_row, dispatch_action, ramp_window, setpoints_in_band
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
 CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
@@ -187,9 +187,10 @@ def test_dc_dispatch_balance_ramp_and_costs():
 
 def test_load_following_leaves_the_rest_to_the_slack():
     """When the units' room cannot cover the load the set-points miss, every unit goes to its limit and the
-    slack takes the remainder, beyond its ramp (the `ramp` channel); set-points that meet the load stay."""
+    slack takes the remainder, beyond its ramp (the `ramp` channel); set-points that meet the load stay.
+    (Without the look-ahead, which would move a dispatch whose next loads are out of reach too.)"""
     with jax.enable_x64(True):
-        params = make_trans_params("5", max_steps=4, n_days=1, default_ramp_per_hour=0.1)
+        params = make_trans_params("5", max_steps=4, n_days=1, default_ramp_per_hour=0.1, lookahead=0)
         state = jax.tree_util.tree_map(lambda x: x[0], params.init)
         state = state.replace(pg=0.6 * state.pg)  # far below the load: more than every unit's ramp can make up
         new, costs = TransGridEnv().step_env(jax.random.key(0), state, -jnp.ones(5), params)[1:4:2]
@@ -271,6 +272,55 @@ def test_security_redispatch_is_the_nearest_dispatch_within_the_ratings(ramp_per
         moved, least = np.linalg.norm(np.asarray(new.pg - asked.pg)), np.linalg.norm(ref - np.asarray(asked.pg))
         np.testing.assert_allclose(np.asarray(new.pg), ref, atol=atol)
         assert moved <= 1.002 * least, (moved, least)
+
+
+def test_reach_row_by_hand():
+    """Two units (ramps 10 and 50 MW a step, [0, 100] MW) at 80 and 20 MW, the next loads 60 and 30 MW: one
+    step on they can total no less than 70 (10 too many), two steps on 60 (30 too many: the worst row); its
+    gradient is the unit still ramp-bound then (the first). Past the day's end (NaN) nothing binds."""
+    with jax.enable_x64(True):
+        pg, pmin, pmax, ramp = (jnp.asarray(x, jnp.float64) for x in ([80.0, 20.0], [0.0, 0.0], [100.0, 100.0], [10.0, 50.0]))
+        row, gap, scale = _reach_row(pg, jnp.asarray([60.0, 30.0]), pmin, pmax, ramp)
+        np.testing.assert_allclose([float(gap), float(scale)], [30.0, 30.0], rtol=1e-12)
+        np.testing.assert_array_equal(np.asarray(row), [1.0, 0.0])
+        row, gap, _ = _reach_row(pg, jnp.asarray([250.0, jnp.nan]), pmin, pmax, ramp)   # up: 90 + 70 = 160 at most
+        np.testing.assert_allclose(float(gap), 90.0, rtol=1e-12)
+        np.testing.assert_array_equal(np.asarray(row), [-1.0, -1.0])
+        assert float(_reach_row(pg, jnp.asarray([jnp.nan, jnp.nan]), pmin, pmax, ramp)[1]) == -np.inf
+
+
+def test_lookahead_keeps_the_evening_drop_within_the_ramps_reach():
+    """Case5's load falling from 0.8 to 0.6 of its Pd over two half-hours after six flat ones, the cheap slow
+    unit (Brighton, 600 MW, 9 MW a half-hour) asked for its most and the others for their least each step:
+    without the look-ahead (lookahead=0) the drop outruns its ramp and the slack unit is pushed below its
+    minimum (the balance channel) for three steps; with it (the default) the redispatch lowers Brighton ahead
+    of the drop and the balance and ramp channels stay at 0 (to round-off), each step's dispatch keeping
+    the next loads within reach. (The first step's thermal excess is the start-of-day dispatch's.)"""
+    with jax.enable_x64(True):
+        level = np.array([0.8] * 6 + [0.7] + [0.6] * 5)
+        load = level[None, :, None] * load_case("5").bus[None, None, :, PD]
+        params = make_trans_params("5", max_steps=12, n_days=1, load_p=load)
+        assert params.lookahead > 0
+        env, action = TransGridEnv(), jnp.array([-1.0, -1.0, -1.0, -1.0, 1.0])
+
+        def day(params):
+            state = jax.tree_util.tree_map(lambda x: x[0], params.init)
+            out = []
+            for _ in range(12):
+                _, state, _, costs, _, _ = env.step_env(jax.random.key(0), state, action, params)
+                out.append((np.asarray(state.pg), np.asarray(costs)))
+            return out
+
+        raw = day(params.replace(lookahead=0))
+        assert sum(float(c[1]) for _, c in raw) > 0.1
+        ahead = day(params)
+        assert max(float(c[1:].max()) for _, c in ahead) <= 1e-12
+        totals = load.sum(-1)[0]
+        pmin, ramp = np.asarray(params.pmin), np.asarray(params.ramp)
+        for t, (pg, _) in enumerate(ahead[:-1]):
+            for k in range(1, 12 - t):
+                assert np.maximum(pmin, pg - k * ramp).sum() <= totals[t + k] + 1e-6
+        np.testing.assert_allclose([pg.sum() for pg, _ in ahead], totals, rtol=1e-12)
 
 
 def test_security_redispatch_uses_the_outaged_grid():
