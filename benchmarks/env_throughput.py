@@ -2,6 +2,7 @@
 
     python benchmarks/env_throughput.py            # N=256 envs, T=48 steps (the setting)
     python benchmarks/env_throughput.py --quick    # N=64, fewer repeats
+    python benchmarks/env_throughput.py --tasks tso-case5,dcmg   # those rows only (and their "raw" rows)
 
 The evogrid rows use the PowerZooJax "complete pattern" exactly (batch_reset, uniform
 actions [N, T, A], vmap(scan_rollout), returning the reward trajectory; XLA drops what
@@ -112,6 +113,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="N=64 and fewer repeats (a smoke run)")
     ap.add_argument("--pp-steps", type=int, default=30, help="pandapower reference steps per row")
+    ap.add_argument("--tasks", default=None, help="comma-separated rows to measure (default: every row)")
     args = ap.parse_args()
     n_envs, horizon, repeats = (64, 48, 3) if args.quick else (256, 48, 30)
     # (task, pandapower case, AC?, envs, peer figure or None)
@@ -124,6 +126,12 @@ def main():
             ("dso-case33bw raw", "33bw", True, n_envs // 2, None),
             ("ders-case141", "141", True, n_envs // 2, None), ("dcmg", None, False, n_envs // 4, None),
             ("gencos-case5", None, False, n_envs, None)]
+    if args.tasks:
+        wanted = [t.strip() for t in args.tasks.split(",") if t.strip()]
+        known = sorted({row[0].removesuffix(" raw") for row in rows})
+        if unknown := [t for t in wanted if t not in known]:
+            ap.error(f"unknown rows {unknown}; the rows are {', '.join(known)}")
+        rows = [row for row in rows if row[0].removesuffix(" raw") in wanted]
     print(f"# evogrid figures: best of {repeats} calls after the first (compile) call; run-to-run spread on a")
     print("# 2-core VM is about +-20%. pandapower: its own caseN network, one solve per step in Python.")
     header = ("task", "N", "evogrid steps/s", "full-traj steps/s", "compile s", "converged",

@@ -463,6 +463,10 @@ def test_bad_params():
         make_trans_params("14", secure_iters=-1)
     with pytest.raises(ValueError, match="0 in AC mode"):
         make_trans_params("14", ac=True, secure_iters=4)
+    with pytest.raises(ValueError, match="lookahead must be an integer >= 0"):
+        make_trans_params("14", lookahead=-1)
+    with pytest.raises(ValueError, match="0 without the security redispatch"):
+        make_trans_params("14", secure_iters=0, lookahead=4)
 
 
 def test_scan_rollout_equals_python_loop_of_step_auto_reset(task):

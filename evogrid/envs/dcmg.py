@@ -23,12 +23,13 @@ Per step (dt hours), powers in MW:
   7.9%, feasible on every test day (3 seeds, 200 generations).
 
 Actions in [-1, 1]: [battery (x p_max, + discharge), diesel set-point ((a + 1) / 2 x p_max),
-cooling set-point (mapped to [set_min, set_max] degC; by default [18, 26.9], the upper end a hair below the
-27 degC limit as a plant's controls are set, so that no set-point breaks the limit: only a plant at its capacity
-can; with [18, 30] the policies rode the limit and broke it on up to 12% of the test days after 600 generations,
-at 4.3% over the LP bound; with [18, 26.9] 3.4%, every day within it; the LP with the room held to 26.9 degC
-is 0.17% dearer), deferral (a > 0: defer that share of this
+cooling set-point (mapped to [set_min, set_max] degC), deferral (a > 0: defer that share of this
 step's deferrable arrivals; a < 0: serve that share of the queue, earliest deadline first)].
+The set-points' default range [18, 26.9] ends a hair below the 27 degC limit, as a plant's controls
+are set, so that no set-point breaks the limit (only a plant at its capacity can). With [18, 30] the
+policies rode the limit and broke it on up to 12% of the test days after 600 generations (Sep_CMA_ES,
+4.3% over the LP bound); with [18, 26.9] 3.4% and every day within it. The LP with the room held to
+26.9 degC is 0.17% dearer, so the range costs at most that.
 Reward = -(grid energy x price + fuel x fuel_price + CO2 x carbon_price) x reward_scale.
 Cost channels: `sla` (late work, MW-steps), `temperature` (degC above t_limit), `deficit` (MW unserved).
 """
