@@ -363,8 +363,9 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
     then clips to the windows and rebalances as the automatic generation control does (`_follow_load`).
     The system is 3x3, solved by an unrolled elimination (`held_least_norm_step`, `spd_solve`): a batched
     LAPACK call per env would not vectorise. (The reach as a fourth row instead of a candidate made the
-    env 6.7x slower on the CPU: XLA's batched [m, n] @ [n, m] product is 20x slower from m = 4, measured.) Checked against scipy's trust-constr projection in tests/test_envs.py; cost
-    measured in benchmarks/env_throughput.py (the tso rows as made against the "raw" ones)."""
+    env 6.7x slower on the CPU: XLA's batched [m, n] @ [n, m] product is 20x slower from m = 4, measured.)
+    Checked against scipy's trust-constr projection in tests/test_envs.py; cost measured in
+    benchmarks/env_throughput.py (the tso rows as made against the "raw" ones)."""
     target = rate * (1.0 - SECURE_MARGIN)
     # a hair inside the windows: the slack's output is recomputed from the balance, and float rounding at
     # the very edge of its window would read as a ramp or balance violation
