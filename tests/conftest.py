@@ -76,3 +76,15 @@ def _quiet_reference_tools():
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", category=PendingDeprecationWarning)
         yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_compiled_programs():
+    """Drop jax's compiled programs after each test module (tests share them within a module). The whole
+    suite in one process crashed inside XLA's CPU compiler (a segfault in backend_compile_and_load) near its
+    end, twice at the same test, which passes alone: freeing what no later module uses keeps the process
+    from accumulating ~370 modules' executables."""
+    yield
+    import jax
+
+    jax.clear_caches()
