@@ -75,8 +75,8 @@ def _day_lp(params, d: int, g):
     t = np.arange(T)
     x_of = lambda ta, j: start["x"] + ta * (D + 1) + j
     lo[x_of(t, 0)] = (1.0 - f["deferrable"]) * arrival   # the share that cannot wait runs on arrival
-    late = t[:, None] + np.arange(D + 1)[None, :] > T - 1
-    up[x_of(np.nonzero(late)[0], np.nonzero(late)[1])] = 0.0   # nothing is served after the day's end
+    past_ta, past_j = np.nonzero(t[:, None] + np.arange(D + 1)[None, :] > T - 1)
+    up[x_of(past_ta, past_j)] = 0.0   # nothing is served after the day's end
 
     rows, cols, vals, r_lo, r_up = [], [], [], [], []
     row = 0

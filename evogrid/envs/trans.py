@@ -407,9 +407,9 @@ def _reach_row(pg, future, pmin, pmax, ramp):
     low, high = pg - k * ramp, pg + k * ramp                         # [K, n_units]
     gaps = jnp.concatenate([jnp.sum(jnp.maximum(pmin, low), 1) - future, future - jnp.sum(jnp.minimum(pmax, high), 1)])
     grads = jnp.concatenate([(low > pmin).astype(pg.dtype), -(high < pmax).astype(pg.dtype)])
-    i = jnp.argmax(jnp.where(jnp.isnan(gaps), -jnp.inf, gaps))
-    gap = jnp.where(jnp.isnan(gaps[i]), -jnp.inf, gaps[i])
-    return grads[i], gap, jnp.abs(jnp.nan_to_num(future[i % future.shape[0]]))
+    gaps = jnp.where(jnp.isnan(gaps), -jnp.inf, gaps)              # intervals past the day's end never bind
+    i = jnp.argmax(gaps)
+    return grads[i], gaps[i], jnp.abs(jnp.nan_to_num(future[i % future.shape[0]]))
 
 
 def _solve(pg, load_p, load_q, state, params: TransParams, out):
