@@ -92,9 +92,9 @@ def held_least_norm_step(a, r, x, lo, hi, free, weight, damping):
     def solve(free):
         af = jnp.where(free[None, :], a, 0.0)
         aw = af / weight
-        gram = aw @ af.T
+        gram = jnp.sum(aw[:, None, :] * af[None, :, :], -1)   # not a dot: XLA's CPU batched dot is 20x slower from m = 4
         damp = damping * jnp.trace(gram) / a.shape[0] + jnp.sqrt(jnp.finfo(x.dtype).tiny)
-        return spd_solve(gram + damp * jnp.eye(a.shape[0], dtype=x.dtype), r) @ aw
+        return jnp.sum(spd_solve(gram + damp * jnp.eye(a.shape[0], dtype=x.dtype), r)[:, None] * aw, 0)
 
     d = solve(free)
     return solve(free & ~(((x <= lo) & (d < 0)) | ((x >= hi) & (d > 0))))
