@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-BASELINE_VERSION = "10"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
+BASELINE_VERSION = "11"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
 
 
 def supported(task: str) -> bool:
