@@ -25,7 +25,7 @@ and the grid stays within its ratings wherever its windows allow; what cannot be
 units were left where their ramps cannot reach a secure dispatch) is still seen in the
 `thermal` channel. Measured with the bench's budgets (Open_ES, 3 seeds): the tso-case5 gap
 to the oracle 4.5% -> 3.4%, tso-case14 0.72% -> 0.21% with 93% of the solvable test days
-feasible (was 89%); PPO on tso-case14 33.9% -> 6.6%, 42% -> 96% feasible. It costs about 10x
+feasible (was 89%); PPO on tso-case14 33.9% -> 6.6%, 42% -> 96% feasible. It costs about 30x
 the env's own step (benchmarks/env_throughput.py); `secure_iters=0` gives the raw schedule.
 Physics per step:
 
