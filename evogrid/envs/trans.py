@@ -690,8 +690,10 @@ def derived_ratings(case: Case, margin: float = RATING_MARGIN, floor: float = 0.
     baseline, keeps every one of case14's 64 synthetic days within the ratings (measured with
     `evogrid.baselines.tso.myopic_policy`); the oracle's lines still bind on 31% of them. At 1.10 three
     days (test day 13 among them) had no dispatch within the ratings at their peaks whatever the ramps;
-    at 1.11 and 1.12 test day 13 had one, but only for a schedule that lowers the slow slack unit hours
-    before the peak: neither the myopic dispatch nor any trained policy got there."""
+    at 1.11 and 1.12 test day 13 had one, but only for a schedule that raises the slow unit at bus 3
+    (1.5 MW a step) from 0 to 10.5 MW over the 7 steps before the peak (the oracle's): the myopic dispatch
+    did not get there, nor did the trained Open_ES policies (HiGHS found no secure dispatch within the
+    ramps' reach of the state they met the peak in)."""
     flow = np.abs(_economic_dispatch_flows(case))
     return np.maximum(margin * flow, floor * flow.max())
 
