@@ -37,12 +37,13 @@ def test_attack_game_refuses_bad_settings():
 
 @pytest.mark.slow
 def test_coevolution_hardens_the_operator_and_sharpens_the_attack():
-    """60 generations, population 32, two trips a day (seed 0): the operator's damage with no outage and under
-    random trips falls below the untrained one's (measured 0.0076 -> 0.0026 and 0.90 -> 0.66), the evolved
-    attack hurts more than random trips on the test days (2.18 vs 0.66 measured), and the generation compiles
-    once. The trained operator pays for it (return -124.5 -> -129.2 k$/day with no outage): since the env
-    redispatches line overloads, the untrained operator is already cheap and all but secure without trips
-    (before, its damage was 10x the trained one's and the return rose with training)."""
+    """60 generations, population 32, two trips a day (seed 0): the operator's damage under random trips falls
+    below the untrained one's and stays at none with no outage (measured 0.74 -> 0.48 and 0 -> 0; at the
+    1.10 ratings 0.90 -> 0.66 and 0.0076 -> 0.0026), the evolved attack hurts more than random trips on the
+    test days (1.31 vs 0.48 measured), and the generation compiles once. The trained operator pays for it
+    (return -124.5 -> -131.0 k$/day with no outage): since the env redispatches line overloads, the untrained
+    operator is already cheap and secure without trips (before the redispatch, its damage was 10x the
+    trained one's and the return rose with training)."""
     wf = AttackWorkflow(AttackConfig(task="tso-case14-n1", pop_size=32, budget=2, attack_steps=8))
     state = wf.init()
     start = wf.evaluate(state)
@@ -53,7 +54,8 @@ def test_coevolution_hardens_the_operator_and_sharpens_the_attack():
     assert wf.step._cache_size() == compiled
     end = wf.evaluate(state)
     print({k: float(np.asarray(v).ravel()[0]) for k, v in end.items()})
-    assert float(end["damage_no_attack"]) < 0.5 * float(start["damage_no_attack"])
+    # with no trip the operator stays secure (or becomes so): <=, since both read 0 at the 1.13 ratings
+    assert float(end["damage_no_attack"]) <= 0.5 * float(start["damage_no_attack"])
     assert float(end["damage_random_attack"]) < 0.9 * float(start["damage_random_attack"])
-    assert float(end["damage_evolved_attack"]) > 1.2 * float(end["damage_random_attack"])  # measured 3.3x
+    assert float(end["damage_evolved_attack"]) > 1.2 * float(end["damage_random_attack"])  # measured 2.7x
     assert float(metrics["damage_mean"]) > 0
