@@ -249,10 +249,11 @@ def test_security_redispatch_is_the_nearest_dispatch_within_the_ratings(ramp_per
     are not an exact projection, and the redispatch stops once every flow is within its rating, up to
     SECURE_MARGIN x 240 = 0.72 MW of flow short of the reference's aim: 0.52 MW from the reference's point
     (measured; 0.24 with the earlier margin of 1e-4), moving 0.995 times as far; asked: 0.6 MW and 1.002
-    times."""
+    times. Without the look-ahead (lookahead=0): its peak plan may move the dispatch further, to keep the
+    next intervals' peak in reach (tested below); this is the projection itself."""
     with jax.enable_x64(True):
         load = np.broadcast_to(1.2 * load_case("5").bus[:, PD], (1, 4, 5))
-        params = make_trans_params("5", max_steps=4, n_days=1, default_ramp_per_hour=ramp_per_hour, load_p=load)
+        params = make_trans_params("5", max_steps=4, n_days=1, default_ramp_per_hour=ramp_per_hour, load_p=load, lookahead=0)
         assert params.secure_iters > 0  # on by default in DC mode
         action = jnp.array(action)
         state, (_, asked, _, asked_costs, _, _) = _one_step(params.replace(secure_iters=0), action)
@@ -300,6 +301,36 @@ def test_redispatch_secures_the_evening_peaks_where_a_secure_dispatch_is_in_reac
     _, new, _, costs, _, _ = env.step_env(jax.random.key(0), state.replace(time_step=jnp.int32(t), pg=prev), action, params)
     np.testing.assert_array_equal(np.asarray(costs), 0.0)
     assert np.all(np.abs(np.asarray(new.flow)) <= np.asarray(params.rate))
+
+
+@pytest.mark.parametrize("prev, asked", [
+    ([194.448, 53.338, 0.891, 4.799, 7.452], [199.413, 51.325, 1.018, 7.033, 7.437]),   # Open_ES, seed 0
+    ([197.441, 53.083, 0.348, 2.604, 7.452], [202.426, 55.9, 0.099, 0.349, 7.452])])   # Sep_CMA_ES, seed 0
+def test_peak_plan_keeps_the_evening_peak_within_reach(prev, asked):
+    """tso-case14's test day 13, step 35 (266 MW), two intervals before its 291 MW evening peak: the
+    schedules trained policies asked for there (bench, before the peak plan) leave no secure way through
+    the peak: HiGHS finds no dispatch of the rest of the day within the ratings and ramps from them (the
+    slack unit ramps 5 MW a step at most, the unit at bus 3 1.5 MW, and four lines bind at the peak), and
+    those policies overloaded a line at step 37. With the look-ahead's peak plan (`peak_plan=True`) the
+    env's step redispatches to one from which HiGHS finds the rest of the day feasible, every limit kept
+    this step; without it (the default) the step keeps this interval's limits and the day is lost."""
+    from evogrid.baselines.tso import _Problem
+    from evogrid.baselines.solvers import solve_qp
+
+    day, t = 13, 35
+    env, params = make("tso-case14", split="test", peak_plan=True)
+    assert params.peak_plan and not make("tso-case14", split="test")[1].peak_plan
+    prob = _Problem(params)
+    rest = np.asarray(params.load_p[day, t + 1:], np.float64)
+    assert not solve_qp(*prob.build(rest, np.asarray(asked, np.float64))).ok
+    _, state = env.reset_to_day(day, params)
+    prev = jnp.asarray(prev, jnp.float32)
+    action = dispatch_action(params, jnp.asarray(asked, jnp.float32), prev)
+    state = state.replace(time_step=jnp.int32(t), pg=prev)
+    for plan, secure in ((False, False), (True, True)):
+        _, new, _, costs, _, _ = env.step_env(jax.random.key(0), state, action, params.replace(peak_plan=plan))
+        np.testing.assert_array_equal(np.asarray(costs), 0.0)
+        assert solve_qp(*prob.build(rest, np.asarray(new.pg, np.float64))).ok == secure
 
 
 def test_reach_row_by_hand():
@@ -493,6 +524,10 @@ def test_bad_params():
         make_trans_params("14", ac=True, secure_iters=4)
     with pytest.raises(ValueError, match="lookahead must be an integer >= 0"):
         make_trans_params("14", lookahead=-1)
+    with pytest.raises(ValueError, match="peak_plan must be True or False, and True needs the look-ahead"):
+        make_trans_params("14", lookahead=0, peak_plan=True)
+    with pytest.raises(ValueError, match="peak_plan must be True or False"):
+        make_trans_params("14", peak_plan="yes")
     with pytest.raises(ValueError, match="0 without the security redispatch"):
         make_trans_params("14", secure_iters=0, lookahead=4)
 
