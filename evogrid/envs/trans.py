@@ -124,7 +124,7 @@ WINDOW_MARGIN = 1e-4   # and this share of the slack unit's window inside its en
 SECURE_DAMPING = 1e-6  # Levenberg-Marquardt damping, relative to the system's mean diagonal
 ROUNDOFF_ULPS = 4      # the balance and ramp channels ignore the slack's excess below this many ulps of the demand
 LOOKAHEAD_STEPS = 8    # the redispatch keeps the next this many intervals' loads within the units' ramps' reach
-PLAN_ITERS = 8          # Gauss-Newton steps of the peak plan (before the SECURE_ITERS of the interval alone)
+PLAN_ITERS = 8         # Gauss-Newton steps of the peak plan (before the SECURE_ITERS of the interval alone)
 SECURE_ROWS_PEAK = 6   # rows handled together with the look-ahead's peak plan (its lines and ramps too)
 RATING_MARGIN = 1.13   # derived ratings: this times the economic-dispatch flow at the case's own loads (see
                        # `derived_ratings` for why 1.13)
@@ -412,12 +412,17 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
     n, n_line = pg.shape[0], rate.shape[0]
     k = min(SECURE_LINES, n_line + (ahead is not None))
     f0, pg0 = flow, pg
-    zeros = jnp.zeros((n_line, n), pg.dtype)
+    target = rate * (1.0 - SECURE_MARGIN)
+    if peak is not None:   # the plan's constants: its variables' windows, its ramp rows, its row count
+        fx0, x0, peak_demand, reach, valid = peak
+        lo_z, hi_z = jnp.concatenate([lo, pmin]), jnp.concatenate([hi, pmax])
+        eye = jnp.eye(n, dtype=pg.dtype)
+        ramp_rows = jnp.concatenate([jnp.concatenate([-eye, eye], 1), jnp.concatenate([eye, -eye], 1)])
+        k_plan = min(SECURE_ROWS_PEAK, 2 * n_line + 2 * n + 1)
 
     def step(z, plan: bool):
         pg = z[:n]
         f = f0 + sens @ (pg - pg0)
-        target = rate * (1.0 - SECURE_MARGIN)
         resid, aim = jnp.abs(f) - target, target
         rows = jnp.sign(f)[:, None] * sens   # [n_line, n_units] d|f|/d output
         # within the ratings (to 1e-9, round-off of a schedule at its limits; float32 sees the rating itself)
@@ -432,16 +437,14 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
             x = z[n:]
             fx = fx0 + sens @ (x - x0)
             cap, step_ = reach * (1.0 - SECURE_MARGIN), x - pg
-            eye = jnp.eye(n, dtype=pg.dtype)
             later = jnp.concatenate([jnp.abs(fx) - target, step_ - cap, -step_ - cap])
             resid = jnp.concatenate([resid, jnp.where(valid, later, -jnp.inf)])
             aim = jnp.concatenate([aim, target, cap, cap])
             rows = jnp.concatenate([jnp.concatenate([rows, jnp.zeros_like(rows)], 1),
-                                    jnp.concatenate([zeros, jnp.sign(fx)[:, None] * sens], 1),
-                                    jnp.concatenate([-eye, eye], 1), jnp.concatenate([eye, -eye], 1)])
+                                    jnp.concatenate([jnp.zeros_like(sens), jnp.sign(fx)[:, None] * sens], 1), ramp_rows])
             short = short | (valid & (jnp.any(jnp.abs(fx) > rate * (1.0 + 1e-9))
                                       | jnp.any(jnp.abs(step_) > reach * (1.0 + 1e-9))))
-        worst, idx = jax.lax.top_k(resid, min(SECURE_ROWS_PEAK, resid.shape[0]) if plan else k)
+        worst, idx = jax.lax.top_k(resid, k_plan if plan else k)
         active = worst > -SECURE_BAND * aim[idx]   # over, or at the limit (kept there, not pushed back over)
         balance = jnp.ones((1, n), pg.dtype)       # the balance row(s): the total of pg (and of x) kept
         if plan:
@@ -449,16 +452,14 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
         r = jnp.concatenate([-jnp.where(active, worst, 0.0), jnp.zeros(balance.shape[0], pg.dtype)])
         jac = jnp.concatenate([jnp.where(active[:, None], rows[idx], 0.0), balance])
         # units d pushes out of their window stay
-        lo_z, hi_z = (jnp.concatenate([lo, ahead[1]]), jnp.concatenate([hi, ahead[2]])) if plan else (lo, hi)
-        d = held_least_norm_step(jac, r, z, lo_z, hi_z, jnp.ones(z.shape, bool), 1.0, SECURE_DAMPING)
+        d = held_least_norm_step(jac, r, z, *((lo_z, hi_z) if plan else (lo, hi)), jnp.ones(z.shape, bool), 1.0,
+                                 SECURE_DAMPING)
         moved = _follow_load(jnp.clip(pg + d[:n], lo, hi), lo, hi, demand)
         if plan:
-            xlo, xhi = ahead[1], ahead[2]
-            moved = jnp.concatenate([moved, _follow_load(jnp.clip(x + d[n:], xlo, xhi), xlo, xhi, peak_demand)])
+            moved = jnp.concatenate([moved, _follow_load(jnp.clip(x + d[n:], pmin, pmax), pmin, pmax, peak_demand)])
         return jnp.where(short, moved, z)
 
     if peak is not None:   # the plan first; then this interval's own rows have the last word
-        fx0, x0, peak_demand, reach, valid = peak
         pg = jax.lax.fori_loop(0, PLAN_ITERS, lambda _, z: step(z, True), jnp.concatenate([pg, x0]))[:n]
     return jax.lax.fori_loop(0, iters, lambda _, z: step(z, False), pg)
 
