@@ -9,7 +9,7 @@ from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
 from evogrid.envs.trans import SECURE_MARGIN, WINDOW_MARGIN, _dc_flows, _reach_row, dispatch_action, ramp_window, setpoints_in_band
-from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
+from evogrid.utils.jax_utils import batch_reset, batch_step, held_projection_step, scan_rollout, split_key_for_envs
 
 CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
                   "tso-case14-real", "dcmg-real"]
@@ -319,7 +319,7 @@ def test_peak_plan_keeps_the_evening_peak_within_reach(prev, asked):
 
     day, t = 13, 35
     env, params = make("tso-case14", split="test", peak_plan=True)
-    assert params.peak_plan and not make("tso-case14", split="test")[1].peak_plan
+    assert make("tso-case14", split="test")[1].peak_plan and not make_trans_params("14", lookahead=0).peak_plan
     prob = _Problem(params)
     rest = np.asarray(params.load_p[day, t + 1:], np.float64)
     assert not solve_qp(*prob.build(rest, np.asarray(asked, np.float64))).ok
@@ -331,6 +331,53 @@ def test_peak_plan_keeps_the_evening_peak_within_reach(prev, asked):
         _, new, _, costs, _, _ = env.step_env(jax.random.key(0), state, action, params.replace(peak_plan=plan))
         np.testing.assert_array_equal(np.asarray(costs), 0.0)
         assert solve_qp(*prob.build(rest, np.asarray(new.pg, np.float64))).ok == secure
+
+
+def test_peak_step_meets_every_line_as_an_inequality():
+    """tso-case14's test day 13 at its 291 MW evening peak (step 37), the state a trained Open_ES policy
+    reached (bench, seed 1): from its last dispatch a dispatch within every rating exists (HiGHS) but none
+    with 0.1% to spare, and four lines bind with the slack's window. Without the peak plan (whose steps
+    solve the rows as inequalities) the equality least-squares step leaves a line over its rating; with it
+    (the default on case14) every line ends within its rating and every channel at 0."""
+    from evogrid.baselines.tso import _Problem
+    from evogrid.baselines.solvers import solve_qp
+
+    day, t = 13, 37
+    prev, asked = [204.542, 49.649, 3.641, 6.982, 7.452], [209.527, 72.058, 4.779, 1.691, 3.199]
+    env, params = make("tso-case14", split="test")
+    assert params.peak_plan
+    prob = _Problem(params)
+    for share, ok in ((1.0, True), (0.999, False)):
+        prob.rate = np.asarray(params.rate, np.float64) * share
+        assert solve_qp(*prob.build(np.asarray(params.load_p[day, t:t + 1], np.float64), np.asarray(prev, np.float64))).ok == ok
+    _, state = env.reset_to_day(day, params)
+    prev = jnp.asarray(prev, jnp.float32)
+    action = dispatch_action(params, jnp.asarray(asked, jnp.float32), prev)
+    state = state.replace(time_step=jnp.int32(t), pg=prev)
+    for plan in (False, True):
+        _, new, _, costs, _, _ = env.step_env(jax.random.key(0), state, action, params.replace(peak_plan=plan))
+        assert (float(costs[0]) == 0.0) == plan, (plan, costs)
+    np.testing.assert_array_equal(np.asarray(costs), 0.0)
+    assert np.all(np.abs(np.asarray(new.flow)) <= np.asarray(params.rate))
+
+
+def test_projection_step_by_hand():
+    """Three units, the first must come down 1 MW (d0 <= -1), the second may rise 2 (d1 <= 2), the total kept
+    (d0 + d1 + d2 = 0): the least change is (-1, 0.5, 0.5), the second row left inside (an equality solve
+    would push it to +2: (-1, 2, -1)). With the second unit at its upper end the change is held there:
+    (-1, 0, 1). Rows no point meets (d0 <= -1 and d0 >= 1) end finite, the later row met (the balance
+    rows come last in the env's solves)."""
+    with jax.enable_x64(True):
+        a = jnp.asarray([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+        r = jnp.asarray([-1.0, 2.0, 0.0])
+        x, lo, hi = jnp.zeros(3), jnp.full(3, -5.0), jnp.full(3, 5.0)
+        d = held_projection_step(a, r, 1, x, lo, hi, 1e-12, 40)
+        np.testing.assert_allclose(np.asarray(d), [-1.0, 0.5, 0.5], atol=1e-6)
+        d = held_projection_step(a, r, 1, x, lo, hi.at[1].set(0.0), 1e-12, 40)
+        np.testing.assert_allclose(np.asarray(d), [-1.0, 0.0, 1.0], atol=1e-6)
+        clash = jnp.asarray([[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+        d = held_projection_step(clash, jnp.asarray([-1.0, -1.0, 0.0]), 1, x, lo, hi, 1e-6, 40)
+        np.testing.assert_allclose(np.asarray(d), [1.0, -0.5, -0.5], atol=1e-3)
 
 
 def test_reach_row_by_hand():
@@ -524,9 +571,9 @@ def test_bad_params():
         make_trans_params("14", ac=True, secure_iters=4)
     with pytest.raises(ValueError, match="lookahead must be an integer >= 0"):
         make_trans_params("14", lookahead=-1)
-    with pytest.raises(ValueError, match="peak_plan must be True or False, and True needs the look-ahead"):
+    with pytest.raises(ValueError, match="peak_plan must be True, False or None .* and True needs the look-ahead"):
         make_trans_params("14", lookahead=0, peak_plan=True)
-    with pytest.raises(ValueError, match="peak_plan must be True or False"):
+    with pytest.raises(ValueError, match="peak_plan must be True, False or None"):
         make_trans_params("14", peak_plan="yes")
     with pytest.raises(ValueError, match="0 without the security redispatch"):
         make_trans_params("14", secure_iters=0, lookahead=4)

@@ -110,7 +110,7 @@ from evogrid.physics import (
     newton_raphson_q_limits,
     outage_flows,
 )
-from evogrid.utils.jax_utils import held_least_norm_step
+from evogrid.utils.jax_utils import held_least_norm_step, held_projection_step
 
 SLOW_RAMP, FAST_RAMP = 0.03, 0.5  # share of Pmax per hour: the cheaper half of the fleet, the rest (merit_ramp_rates)
 N1_RATING = 1.25      # post-contingency limit: this times the line rating (a short-term emergency rating)
@@ -126,6 +126,9 @@ ROUNDOFF_ULPS = 4      # the balance and ramp channels ignore the slack's excess
 LOOKAHEAD_STEPS = 8    # the redispatch keeps the next this many intervals' loads within the units' ramps' reach
 PLAN_ITERS = 8         # Gauss-Newton steps of the peak plan (before the SECURE_ITERS of the interval alone)
 SECURE_ROWS_PEAK = 6   # rows handled together with the look-ahead's peak plan (its lines and ramps too)
+PLAN_SWEEPS = 12       # with the plan, each step's rows are inequalities: Hildreth passes per solve
+PLAN_MARGIN = 1e-4     # and this interval's lines are aimed this share inside (the rows met exactly, not in least squares)
+PEAK_PLAN_UNITS = 10   # peak_plan's default: on for grids of at most this many units (its cost grows with them)
 RATING_MARGIN = 1.13   # derived ratings: this times the economic-dispatch flow at the case's own loads (see
                        # `derived_ratings` for why 1.13)
 
@@ -363,26 +366,30 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
     SECURE_MARGIN x the demand inside. A dispatch that breaks no rating and keeps every future demand in
     reach is returned as it is.
 
-    Peak plan (`peak`, from `_peak_plan`; opt-in, `make_trans_params(peak_plan=True)`): the look-ahead's
-    interval of highest demand, k intervals on. The total's reach is not enough where lines bind at the
-    peak: on tso-case14's test day 13 trained policies left the system two intervals before its 291 MW
-    evening peak where the peak had no secure dispatch within k ramps of theirs (HiGHS: the slack unit
-    ramps 5 MW a step, the unit at bus 3 1.5 MW, four lines bind), and a line was overloaded there. The
-    plan first moves [pg | x] together for PLAN_ITERS steps, x a plan of the peak's dispatch: x's lines
-    within the ratings (the same aim), |x - pg| <= k ramp per unit, x within [pmin, pmax] and at the peak's
-    demand (a second balance row), SECURE_ROWS_PEAK rows a step; pg moves only where a ramp row binds (the
-    peak's lines' rows involve x alone). Then the `iters` steps of this interval's own rows alone, so the
-    plan never leaves this interval over a rating (with the plan's rows in the same least-squares steps,
-    aimed 1% inside, a state of tests/test_envs.py was left 2.4 MW over; measured). The plan is a
+    Peak plan (`peak`, from `_peak_plan`; `make_trans_params(peak_plan=...)`, by default on for grids of at
+    most PEAK_PLAN_UNITS units): the look-ahead's interval of highest demand, k intervals on. The total's
+    reach is not enough where lines bind at the peak: on tso-case14's test day 13 trained policies left the
+    system two intervals before its 291 MW evening peak where the peak had no secure dispatch within k ramps
+    of theirs (HiGHS: the slack unit ramps 5 MW a step, the unit at bus 3 1.5 MW, four lines bind), and a
+    line was overloaded there. The plan first moves [pg | x] together for PLAN_ITERS steps, x a plan of the
+    peak's dispatch: x's lines within the ratings (the same aim), |x - pg| <= k ramp per unit, x within
+    [pmin, pmax] and at the peak's demand (a second balance row), SECURE_ROWS_PEAK rows a step; pg moves
+    only where a ramp row binds (the peak's lines' rows involve x alone). Then the `iters` steps of this
+    interval's own rows alone, so the plan never leaves this interval over a rating. The plan is a
     relaxation of the multi-period dispatch: the intervals between are not planned, each is secured when
-    it comes. Why it is off by default: it costs 2-4x the env step (256 envs x 48 random steps, measured
-    side by side: tso-case14 28.5k against 60.1k env-steps/s, tso-case118 6.0k against 22.1k), and on
-    tso-case14 (`evogrid bench`, 3 seeds, the plan switched on) it made Sep_CMA_ES feasible on every test
-    day in 3 of 3 seeds (0 of 3 without it; gap 0.52% against 0.61%) but Open_ES in 2 of 3, as without it
-    (gap 0.30% against 0.21%): the one miss 0.002 MW over a rating at the peak itself, where more rows sit
-    at their limits than units are free and the least-squares compromise leaves one a hair over (two plan
-    steps instead of eight: every seed of both missed a day). A solver that treats the rows as
-    inequalities (an active set or a small dual QP) is the next step.
+    it comes. With the plan every row is an inequality (`held_projection_step`, PLAN_SWEEPS Hildreth
+    passes): a line below its aim may stay below it, so at the peak, where four lines and the slack's
+    window bind with five units, every row can be met where a dispatch meets them; the least-squares
+    (equality) step left a line 0.002 MW over there, and, so met, this interval's lines are aimed only
+    PLAN_MARGIN inside (from that state no dispatch had 0.3% to spare: HiGHS, 0.08%). Measured on
+    tso-case14 (`evogrid bench`, 3 seeds): with the equality step Open_ES was feasible on every test day
+    in 2 of 3 seeds (1 of 3 without the plan), Sep_CMA_ES 3 of 3 (0 of 3); one Open_ES policy's test days
+    evaluated with each step: 16 of 16 feasible with the inequality step, 15 with the equality step, 12 with
+    an active set instead (one pass dropping the rows of wrong-sign multiplier, then an equality solve);
+    see the README's Results for the bench with this step. Cost: 3-5x the env step (256 envs x 48
+    random steps, side by side: tso-case5 18.0k against 97.7k env-steps/s, tso-case14 16.9k against
+    50.3k; bench runs 2.7x as long); on tso-case118's 54 units it is off by default (without the inequality
+    step already 6.0k against 22.1k, and its bench rows take most of the table's time).
 
     Each step takes the SECURE_LINES rows furthest over (or at) their limit, lines or the reach, and the
     balance, and moves the units by the least-norm change that puts those at their limit less SECURE_MARGIN
@@ -420,7 +427,7 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
         ramp_rows = jnp.concatenate([jnp.concatenate([-eye, eye], 1), jnp.concatenate([eye, -eye], 1)])
         k_plan = min(SECURE_ROWS_PEAK, 2 * n_line + 2 * n + 1)
 
-    def step(z, plan: bool):
+    def step(z, plan: bool, target=target):
         pg = z[:n]
         f = f0 + sens @ (pg - pg0)
         resid, aim = jnp.abs(f) - target, target
@@ -445,23 +452,31 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
             short = short | (valid & (jnp.any(jnp.abs(fx) > rate * (1.0 + 1e-9))
                                       | jnp.any(jnp.abs(step_) > reach * (1.0 + 1e-9))))
         worst, idx = jax.lax.top_k(resid, k_plan if plan else k)
-        active = worst > -SECURE_BAND * aim[idx]   # over, or at the limit (kept there, not pushed back over)
+        if peak is None:
+            active = worst > -SECURE_BAND * aim[idx]   # over, or at the limit (kept there, not pushed back over)
+        else:   # inequalities: every row taken, those inside may stay inside
+            active = jnp.isfinite(worst)
         balance = jnp.ones((1, n), pg.dtype)       # the balance row(s): the total of pg (and of x) kept
         if plan:
             balance = jnp.kron(jnp.eye(2, dtype=pg.dtype), balance)
         r = jnp.concatenate([-jnp.where(active, worst, 0.0), jnp.zeros(balance.shape[0], pg.dtype)])
         jac = jnp.concatenate([jnp.where(active[:, None], rows[idx], 0.0), balance])
         # units d pushes out of their window stay
-        d = held_least_norm_step(jac, r, z, *((lo_z, hi_z) if plan else (lo, hi)), jnp.ones(z.shape, bool), 1.0,
-                                 SECURE_DAMPING)
+        if peak is None:
+            d = held_least_norm_step(jac, r, z, lo, hi, jnp.ones(z.shape, bool), 1.0, SECURE_DAMPING)
+        else:
+            d = held_projection_step(jac, r, balance.shape[0], z, *((lo_z, hi_z) if plan else (lo, hi)),
+                                     SECURE_DAMPING, PLAN_SWEEPS)
         moved = _follow_load(jnp.clip(pg + d[:n], lo, hi), lo, hi, demand)
         if plan:
             moved = jnp.concatenate([moved, _follow_load(jnp.clip(x + d[n:], pmin, pmax), pmin, pmax, peak_demand)])
         return jnp.where(short, moved, z)
 
-    if peak is not None:   # the plan first; then this interval's own rows have the last word
-        pg = jax.lax.fori_loop(0, PLAN_ITERS, lambda _, z: step(z, True), jnp.concatenate([pg, x0]))[:n]
-    return jax.lax.fori_loop(0, iters, lambda _, z: step(z, False), pg)
+    if peak is None:
+        return jax.lax.fori_loop(0, iters, lambda _, z: step(z, False), pg)
+    # the plan first; then this interval's own rows have the last word
+    pg = jax.lax.fori_loop(0, PLAN_ITERS, lambda _, z: step(z, True), jnp.concatenate([pg, x0]))[:n]
+    return jax.lax.fori_loop(0, iters, lambda _, z: step(z, False, rate * (1.0 - PLAN_MARGIN)), pg)
 
 
 def _peak_plan(pg, day, steps, future, params: TransParams, out):
@@ -529,7 +544,7 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
                       n1: bool = False, n1_rating: float = N1_RATING, n1_contingencies=None, outages_per_day: float = 0.0,
                       outage_steps: int = 4, max_outages: int = 1, outage_schedule=None,
                       forecast_steps: int = 0, forecast_error: float = 0.02, voltage_setpoints: str = "band",
-                      secure_iters: int | None = None, lookahead: int | None = None, peak_plan: bool = False) -> TransParams:
+                      secure_iters: int | None = None, lookahead: int | None = None, peak_plan: bool | None = None) -> TransParams:
     """Parameters of `TransGridEnv` for a case.
 
     Loads (`profiles`): "synthetic", `n_days` (default 64) seeded days ([n_days, max_steps, n_bus]:
@@ -560,9 +575,10 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     Security redispatch: `secure_iters` Gauss-Newton steps per env step (default SECURE_ITERS in DC mode;
     0 turns it off, and AC mode has none: it works on the DC flows), see `secure_redispatch`; with it the
     dispatch keeps the next `lookahead` intervals' loads within the ramps' reach (default LOOKAHEAD_STEPS
-    with the redispatch, 0 without; the operator's forecast is the day's load itself); `peak_plan=True`
-    also keeps the look-ahead's peak interval within the ratings in the ramps' reach (off by default: it
-    costs 2-4x the step and did not yet make every trained policy feasible, see `secure_redispatch`).
+    with the redispatch, 0 without; the operator's forecast is the day's load itself); `peak_plan` also
+    keeps the look-ahead's peak interval within the ratings in the ramps' reach, the step's rows solved as
+    inequalities (default None: on with the look-ahead for grids of at most PEAK_PLAN_UNITS units, every
+    shipped transmission case but case118, where it would cost most; see `secure_redispatch`).
 
     Forecasts: `forecast_steps` > 0 appends to the observation a noisy forecast of the next
     `forecast_steps` intervals' total load (share of the case's total Pd) (`profiles.forecast_features`: error `forecast_error` x sqrt(lead)).
@@ -591,9 +607,12 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     if not isinstance(lookahead, (int, np.integer)) or lookahead < 0 or (lookahead and not secure_iters):
         raise ValueError(f"lookahead must be an integer >= 0 (0 without the security redispatch, secure_iters=0, "
                          f"which applies it), got {lookahead!r}")
+    if peak_plan is None:   # by default where it is cheap enough (see `secure_redispatch`)
+        peak_plan = bool(lookahead) and case.n_units <= PEAK_PLAN_UNITS
     if not isinstance(peak_plan, (bool, np.bool_)) or (peak_plan and not lookahead):
-        raise ValueError(f"peak_plan must be True or False, and True needs the look-ahead (lookahead > 0, with the "
-                         f"security redispatch), got peak_plan={peak_plan!r} with lookahead={lookahead!r}")
+        raise ValueError(f"peak_plan must be True, False or None (the default: on for grids of at most "
+                         f"{PEAK_PLAN_UNITS} units), and True needs the look-ahead (lookahead > 0, with the security "
+                         f"redispatch), got peak_plan={peak_plan!r} with lookahead={lookahead!r}")
     check_days(max_steps, delta_t_hours, n_days)
     if ratings not in ("auto", "case", "derived"):
         raise ValueError(f"ratings must be 'auto', 'case' or 'derived', got {ratings!r}")

@@ -100,6 +100,36 @@ def held_least_norm_step(a, r, x, lo, hi, free, weight, damping):
     return solve(free & ~(((x <= lo) & (d < 0)) | ((x >= hi) & (d > 0))))
 
 
+
+def held_projection_step(a, r, n_eq, x, lo, hi, damping, sweeps: int):
+    """The least change d of x [n] with a d <= r on the rows of `a` [m, n] (m small and static) but the
+    last `n_eq`, which hold as equalities (a d = r): the inequality counterpart of `held_least_norm_step`
+    (unit weights), for rows that may end inside their limit: a line below its rating is not pushed to it,
+    so more rows than free columns can all be met where a point meets them. By Hildreth's coordinate ascent
+    on the dual, `sweeps` Gauss-Seidel passes (static): d = -a' lam, lam minimising lam' G lam / 2 + lam' r
+    over lam >= 0 on the inequality rows (G = a a' + damping, `damping` relative to its mean diagonal);
+    then solved again with the columns that d would push past [lo, hi] at x held. Where no point meets
+    every row, d stays finite (the damping bounds lam) and the later rows have the last word (put the
+    equalities last). Checked by hand in tests/test_envs.py."""
+    m = a.shape[0]
+    eq = jnp.arange(m) >= m - n_eq
+
+    def solve(free):
+        af = jnp.where(free[None, :], a, 0.0)
+        gram = jnp.sum(af[:, None, :] * af[None, :, :], -1)   # as in held_least_norm_step: no batched dot
+        gram = gram + (damping * jnp.trace(gram) / m + jnp.sqrt(jnp.finfo(x.dtype).tiny)) * jnp.eye(m, dtype=x.dtype)
+
+        def sweep(_, lam):
+            for i in range(m):   # each row sees the others' latest multipliers
+                new = lam[i] - (gram[i] @ lam + r[i]) / gram[i, i]
+                lam = lam.at[i].set(jnp.where(eq[i], new, jnp.maximum(new, 0.0)))
+            return lam
+
+        return -(jax.lax.fori_loop(0, sweeps, sweep, jnp.zeros(m, x.dtype)) @ af)
+
+    d = solve(jnp.ones(x.shape, bool))
+    return solve(~(((x <= lo) & (d < 0)) | ((x >= hi) & (d > 0))))
+
 _ROLLOUT_HELPERS = ("split_key_for_envs", "batch_reset", "batch_step", "scan_rollout")
 
 
