@@ -612,9 +612,9 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     if not isinstance(lookahead, (int, np.integer)) or lookahead < 0 or (lookahead and not secure_iters):
         raise ValueError(f"lookahead must be an integer >= 0 (0 without the security redispatch, secure_iters=0, "
                          f"which applies it), got {lookahead!r}")
+    security = n1 or outages_per_day or outage_schedule is not None
     if peak_plan is None:   # by default where it is cheap enough and the grid at the peak is today's (see `secure_redispatch`)
-        peak_plan = (bool(lookahead) and case.n_units <= PEAK_PLAN_UNITS
-                     and not (n1 or outages_per_day or outage_schedule is not None))
+        peak_plan = bool(lookahead) and case.n_units <= PEAK_PLAN_UNITS and not security
     if not isinstance(peak_plan, (bool, np.bool_)) or (peak_plan and not lookahead):
         raise ValueError(f"peak_plan must be True, False or None (the default: on for grids of at most "
                          f"{PEAK_PLAN_UNITS} units), and True needs the look-ahead (lookahead > 0, with the security "
@@ -634,7 +634,6 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     if load_q is None:  # each bus keeps the case's own power factor (Qd / Pd; 0 where Pd is 0)
         load_q = load_p * np.divide(case.bus[:, QD], case.bus[:, PD], out=np.zeros(case.n_bus), where=case.bus[:, PD] != 0)
     load_q = np.asarray(load_q, float)
-    security = n1 or outages_per_day or outage_schedule is not None
     if security and ac:
         raise ValueError("line outages and N-1 screening use the DC model's outage factors; they are not "
                          "available with ac=True (use the DC task)")
