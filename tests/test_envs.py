@@ -7,7 +7,7 @@ from conftest import ppc_of, pypower_opts
 
 from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, VA, VG, VM
-from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
+from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params, trans
 from evogrid.envs.trans import SECURE_MARGIN, WINDOW_MARGIN, _dc_flows, _reach_row, dispatch_action, ramp_window, setpoints_in_band
 from evogrid.utils.jax_utils import batch_reset, batch_step, held_projection_step, scan_rollout, split_key_for_envs
 
@@ -360,6 +360,38 @@ def test_peak_step_meets_every_line_as_an_inequality():
         assert (float(costs[0]) == 0.0) == plan, (plan, costs)
     np.testing.assert_array_equal(np.asarray(costs), 0.0)
     assert np.all(np.abs(np.asarray(new.flow)) <= np.asarray(params.rate))
+
+
+def test_peak_redispatch_stops_early_as_the_fixed_count_would(monkeypatch):
+    """The redispatch's loops stop once no row is over (a batch once every env's is): the dispatch is the
+    fixed count's, bit for bit, and so is its derivative (the custom JVP differentiates the fixed count;
+    reverse mode cannot go through a while_loop), with the peak plan and without. At tso-case14's day-13
+    peak, a batch of asked dispatches around one that overloads lines, and the previous dispatch itself."""
+    day, t = 13, 37
+    prev, asked = [204.542, 49.649, 3.641, 6.982, 7.452], [209.527, 72.058, 4.779, 1.691, 3.199]
+    env, params = make("tso-case14", split="test")
+    _, state = env.reset_to_day(day, params)
+    prev = jnp.asarray(prev, jnp.float32)
+    state = state.replace(time_step=jnp.int32(t), pg=prev)
+    action = dispatch_action(params, jnp.asarray(asked, jnp.float32), prev)
+    actions = jnp.clip(action + 0.2 * jax.random.normal(jax.random.key(1), (7, action.shape[0])), -1.0, 1.0)
+    actions = jnp.concatenate([action[None], actions, dispatch_action(params, prev, prev)[None]])
+    weight = jax.random.normal(jax.random.key(2), prev.shape)
+
+    def run(plan):
+        pg = lambda a: env.step_env(jax.random.key(0), state, a, params.replace(peak_plan=plan))[1].pg
+        return (jax.jit(jax.vmap(pg))(actions),
+                jax.jit(jax.vmap(jax.grad(lambda a: jnp.sum(pg(a) * weight))))(actions))
+
+    early = [run(plan) for plan in (True, False)]
+    monkeypatch.setattr(trans, "_redispatch_until_secure", lambda iters, *a: trans._redispatch(iters, False, *a))
+    fixed = [run(plan) for plan in (True, False)]
+    raw = env.step_env(jax.random.key(0), state, action, params.replace(secure_iters=0))[1].pg
+    for (pg, grad), (pg_fixed, grad_fixed) in zip(early, fixed):
+        assert np.max(np.abs(np.asarray(pg[0] - raw))) > 0.1   # the redispatch moved the overloading one
+        assert np.any(np.asarray(grad) != 0.0)
+        np.testing.assert_array_equal(pg, pg_fixed)
+        np.testing.assert_array_equal(grad, grad_fixed)
 
 
 def test_projection_step_by_hand():

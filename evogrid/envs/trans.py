@@ -72,6 +72,7 @@ the grid as it is.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -386,10 +387,11 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
     in 2 of 3 seeds (1 of 3 without the plan), Sep_CMA_ES 3 of 3 (0 of 3); one Open_ES policy's test days
     evaluated with each step: 16 of 16 feasible with the inequality step, 15 with the equality step, 12 with
     an active set instead (one pass dropping the rows of wrong-sign multiplier, then an equality solve);
-    see the README's Results for the bench with this step. Cost: 3-5x the env step (256 envs x 48
-    random steps, side by side: tso-case5 18.0k against 97.7k env-steps/s, tso-case14 16.9k against
-    50.3k; bench runs 2.7x as long); on tso-case118's 54 units it is off by default (without the inequality
-    step already 6.0k against 22.1k, and its bench rows take most of the table's time), and with line
+    see the README's Results for the bench with this step. Cost: 2-3x the env step (256 envs x 48
+    random steps, side by side, both stopping once secure: tso-case5 285k against 812k env-steps/s,
+    tso-case14 105k against 242k; before the early stop 18.0k against 97.7k, 16.9k against 50.3k); on
+    tso-case118's 54 units it is off by default (before the early stop and the inequality step already
+    6.0k against 22.1k, and its bench rows take most of the table's time), and with line
     outages (the -n1 tasks) too: it plans the peak on today's grid, which a trip changes. It can move a
     schedule that is secure now but leaves the peak less than SECURE_MARGIN inside the ratings: the DC-OPF
     oracle's, which runs its lines at their ratings, replays 0.3% dearer with it on tso-case5 (still
@@ -412,6 +414,24 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
     [m, n] @ [n, m] product is 20x slower from m = 4, measured).
     Checked against scipy's trust-constr projection in tests/test_envs.py; cost measured in
     benchmarks/env_throughput.py (the tso rows as made against the "raw" ones)."""
+    return _redispatch_until_secure(iters, pg, lo, hi, demand, flow, sens, rate, ahead, slack, peak)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _redispatch_until_secure(iters, *args):
+    """`_redispatch` stopping once no row is over: the same dispatch, and differentiable (the JVP below)."""
+    return _redispatch(iters, True, *args)
+
+
+@_redispatch_until_secure.defjvp
+def _redispatch_until_secure_jvp(iters, primals, tangents):
+    # reverse mode cannot go through a while_loop: the derivative is that of the fixed count of steps, whose
+    # result is the same dispatch (a dispatch with no row over is a fixed point of the steps)
+    return jax.jvp(lambda *a: _redispatch(iters, False, *a), primals, tangents)
+
+
+def _redispatch(iters: int, early: bool, pg, lo, hi, demand, flow, sens, rate, ahead, slack, peak):
+    """`secure_redispatch`'s steps; `early`: a while_loop that stops once no row is over (see until_secure)."""
     # a hair inside the slack's window (`slack`: 1 for it, 0 for the others; default every unit's): its output
     # is recomputed from the balance, and float rounding at the very edge would read as a ramp or balance
     # violation; the others may go to their ends (a secure dispatch can need a slow unit at its ramp limit)
@@ -431,9 +451,12 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
         ramp_rows = jnp.concatenate([jnp.concatenate([-eye, eye], 1), jnp.concatenate([eye, -eye], 1)])
         k_plan = min(SECURE_ROWS_PEAK, 2 * n_line + 2 * n + 1)
 
-    def step(z, plan: bool, target=target):
-        pg = z[:n]
-        f = f0 + sens @ (pg - pg0)
+    def flows(z, plan: bool):   # the lines' flows at z's pg (and at its plan x): affine in the dispatch
+        return (f0 + sens @ (z[:n] - pg0),) + ((fx0 + sens @ (z[n:] - x0),) if plan else ())
+
+    def measure(z, fz, plan: bool, target):
+        """The candidate rows at z (flows fz): excess over the aim, the aim, the gradients, whether any is over."""
+        pg, f = z[:n], fz[0]
         resid, aim = jnp.abs(f) - target, target
         rows = jnp.sign(f)[:, None] * sens   # [n_line, n_units] d|f|/d output
         # within the ratings (to 1e-9, round-off of a schedule at its limits; float32 sees the rating itself)
@@ -445,8 +468,7 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
             rows = jnp.concatenate([rows, reach_row[None]])
             short = short | (gap > 0)
         if plan:   # the peak's lines at x, and x within the ramps' reach of pg: |x - pg| <= reach
-            x = z[n:]
-            fx = fx0 + sens @ (x - x0)
+            x, fx = z[n:], fz[1]
             cap, step_ = reach * (1.0 - SECURE_MARGIN), x - pg
             later = jnp.concatenate([jnp.abs(fx) - target, step_ - cap, -step_ - cap])
             resid = jnp.concatenate([resid, jnp.where(valid, later, -jnp.inf)])
@@ -455,6 +477,11 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
                                     jnp.concatenate([jnp.zeros_like(sens), jnp.sign(fx)[:, None] * sens], 1), ramp_rows])
             short = short | (valid & (jnp.any(jnp.abs(fx) > rate * (1.0 + 1e-9))
                                       | jnp.any(jnp.abs(step_) > reach * (1.0 + 1e-9))))
+        return resid, aim, rows, short
+
+    def step(z, plan: bool, measured):
+        resid, aim, rows, _ = measured
+        pg, x = z[:n], z[n:]
         worst, idx = jax.lax.top_k(resid, k_plan if plan else k)
         if peak is None:
             active = worst > -SECURE_BAND * aim[idx]   # over, or at the limit (kept there, not pushed back over)
@@ -474,13 +501,33 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
         moved = _follow_load(jnp.clip(pg + d[:n], lo, hi), lo, hi, demand)
         if plan:
             moved = jnp.concatenate([moved, _follow_load(jnp.clip(x + d[n:], pmin, pmax), pmin, pmax, peak_demand)])
-        return jnp.where(short, moved, z)
+        return moved
+
+    def until_secure(z, plan: bool, steps: int, target=target):
+        # a dispatch with no row over is a fixed point of the steps. With `early` the loop stops there (exactly
+        # the same result), a batch (vmap) once every env's is: most env steps need none or a few of the steps
+        # (random actions, 256 envs: tso-case5 5x and, with the peak plan, 6x as many env-steps/s; Open_ES
+        # generations on tso-case5 7x, tso-case14-n1 1.6x as fast). On tso-case118 some env of a batch is over a
+        # rating at nearly every step: its Open_ES generations take as long, random actions 20% longer (the
+        # batched loop's selects). The flows are carried: a batched loop evaluates `more` twice a step, and the
+        # rows are not needed there.
+        def more(c):
+            return (c[0] < steps) & measure(*c[1:], plan, target)[3]
+
+        def body(c):
+            measured = measure(*c[1:], plan, target)
+            z = jnp.where(measured[3], step(c[1], plan, measured), c[1])
+            return c[0] + 1, z, flows(z, plan)
+
+        c = (0, z, flows(z, plan))
+        c = jax.lax.while_loop(more, body, c) if early else jax.lax.fori_loop(0, steps, lambda _, c: body(c), c)
+        return c[1]
 
     if peak is None:
-        return jax.lax.fori_loop(0, iters, lambda _, z: step(z, False), pg)
+        return until_secure(pg, False, iters)
     # the plan first; then this interval's own rows have the last word
-    pg = jax.lax.fori_loop(0, PLAN_ITERS, lambda _, z: step(z, True), jnp.concatenate([pg, x0]))[:n]
-    return jax.lax.fori_loop(0, iters, lambda _, z: step(z, False, rate * (1.0 - PLAN_MARGIN)), pg)
+    pg = until_secure(jnp.concatenate([pg, x0]), True, PLAN_ITERS)[:n]
+    return until_secure(pg, False, iters, rate * (1.0 - PLAN_MARGIN))
 
 
 def _peak_plan(pg, day, steps, future, params: TransParams, out):
