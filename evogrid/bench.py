@@ -103,6 +103,8 @@ def run_one(workflow, seed: int, generations: int) -> dict:
 
 
 def bench(algorithms, tasks, seeds: int, out: Path, generations: int | None = None, log=print) -> list[dict]:
+    import jax
+
     from evogrid.workflows.registry import build
 
     algorithms, tasks = check_grid(algorithms, tasks)
@@ -118,8 +120,12 @@ def bench(algorithms, tasks, seeds: int, out: Path, generations: int | None = No
         gens = generations or BUDGET.get(algorithm.lower(), EC_BUDGET_BY_TASK.get(task, EC_BUDGET))
         record = {"algorithm": algorithm, "task": task, "seed": seed, "generations": gens}
         try:
-            if (algorithm, task) not in workflows:
-                workflows = {(algorithm, task): build({"algorithm": algorithm, "task": task})[1]}  # keep one cell
+            if (algorithm, task) not in workflows:   # keep one cell, and free the last cell's compiled programs:
+                # the whole grid in one process crashed near its end ("LLVM compilation error: Cannot allocate
+                # memory", then a segfault, after 99 of 105 runs: every cell's executables stayed mapped)
+                workflows.clear()
+                jax.clear_caches()
+                workflows = {(algorithm, task): build({"algorithm": algorithm, "task": task})[1]}
             record.update(status="ok", **run_one(workflows[(algorithm, task)], seed, gens))
         except Exception as err:  # the grid goes on; the failure is recorded with its reason
             record.update(status="failed", error=f"{type(err).__name__}: {err}"[:500])
