@@ -28,7 +28,8 @@ BUDGET = {"ppo": 200, "td3": 60, "sac": 60, "erl": 40, "cemrl": 40}
 EC_BUDGET = 200
 # evolution strategies on the 54-unit case get twice the generations: with the security redispatch
 # Sep_CMA_ES's gap on tso-case118 was 6.5% at 200 generations, 2.1% at 600 (3 seeds, an earlier round) and 1.25%
-# at 600 (the last table's); 400 keeps the whole table within an hour on 2 cores (~3 min a run; see the README)
+# at 600 (the last table's) and 1.55% at 400, which brought the whole table to ~64 min on 2 cores from an empty
+# oracle cache (~3 min a run; see the README's Results)
 EC_BUDGET_BY_TASK = {"tso-case118": 400}
 DEFAULT_ALGORITHMS = ("Open_ES", "Sep_CMA_ES", "GA", "ppo", "td3", "erl", "cemrl")
 DEFAULT_TASKS = ("tso-case5", "tso-case14", "tso-case118", "dso-case33bw", "dcmg")
@@ -125,7 +126,7 @@ def bench(algorithms, tasks, seeds: int, out: Path, generations: int | None = No
                 # memory", then a segfault, after 99 of 105 runs: every cell's executables stayed mapped)
                 workflows.clear()
                 jax.clear_caches()
-                workflows = {(algorithm, task): build({"algorithm": algorithm, "task": task})[1]}
+                workflows[(algorithm, task)] = build({"algorithm": algorithm, "task": task})[1]
             record.update(status="ok", **run_one(workflows[(algorithm, task)], seed, gens))
         except Exception as err:  # the grid goes on; the failure is recorded with its reason
             record.update(status="failed", error=f"{type(err).__name__}: {err}"[:500])

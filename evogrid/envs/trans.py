@@ -354,9 +354,10 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
     `rate`, every unit kept within its window [lo, hi] and the total at `demand`, as a system operator
     redispatches a schedule that would overload a line. `flow` [n_branch] is the dispatch's flow, `sens`
     [n_branch, n_units] the flows' sensitivity to each unit's output (the flows are affine in the dispatch);
-    `iters` Gauss-Newton steps (static). A dispatch within the ratings is returned as it is; where no
-    dispatch within the windows meets the ratings (the units were left where the ramps cannot reach one),
-    or `iters` is too few, what is left is seen in the `thermal` channel.
+    at most `iters` Gauss-Newton steps (static; they stop once no row is over, with the same result). A
+    dispatch within the ratings is returned as it is; where no dispatch within the windows meets the
+    ratings (the units were left where the ramps cannot reach one), or `iters` is too few, what is left
+    is seen in the `thermal` channel.
 
     Look-ahead (`ahead` = (future demand [K] MW, NaN past the day's end; pmin, pmax, ramp per step)): the
     dispatch is also kept where the units' ramps can reach the next K intervals' demand: for each k,
