@@ -26,11 +26,11 @@ import numpy as np
 # less per run on 2 CPU cores for the TSO tasks
 BUDGET = {"ppo": 200, "td3": 60, "sac": 60, "erl": 40, "cemrl": 40}
 EC_BUDGET = 200
-# evolution strategies on the 54-unit case get twice the generations: with the security redispatch
-# Sep_CMA_ES's gap on tso-case118 was 6.5% at 200 generations, 2.1% at 600 (3 seeds, an earlier round) and 1.25%
-# at 600 (the last table's) and 1.55% at 400, which brought the whole table to ~64 min on 2 cores from an empty
-# oracle cache (~3 min a run; see the README's Results)
-EC_BUDGET_BY_TASK = {"tso-case118": 400}
+# per-task budgets of the evolution strategies, chosen so the whole default table regenerates within the hour
+# on 2 CPU cores (3 seeds each, measured): on the 54-unit case Sep_CMA_ES's gap was 6.5% at 200 generations,
+# 2.1% at 600 (an earlier round), 1.55% at 400 and 1.72% at 300 (~135 s a run); on dso-case33bw 1.04% at 200
+# and 1.21% at 100 (31 s a run instead of 59)
+EC_BUDGET_BY_TASK = {"tso-case118": 300, "dso-case33bw": 100}
 DEFAULT_ALGORITHMS = ("Open_ES", "Sep_CMA_ES", "GA", "ppo", "td3", "erl", "cemrl")
 DEFAULT_TASKS = ("tso-case5", "tso-case14", "tso-case118", "dso-case33bw", "dcmg")
 
