@@ -138,6 +138,8 @@ def bench(algorithms, tasks, seeds: int, out: Path, generations: int | None = No
         shown = f"gap {gap:.2f}%" if gap is not None else record.get("error", "no oracle")[:60]
         log(f"[{i + 1}/{len(todo)}] {algorithm} on {task} seed {seed}: {record['status']} "
             f"{shown if record['status'] == 'ok' else record['error'][:80]}  ETA {per_run * (len(todo) - i - 1):.0f} s")
+    if todo:
+        log(f"evogrid bench: {finished} runs in {(time.perf_counter() - t_start) / 60:.1f} min (oracles included)")
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
     write_summary(rows, out)
     return rows
