@@ -35,13 +35,18 @@ DEFAULT_ALGORITHMS = ("Open_ES", "Sep_CMA_ES", "GA", "ppo", "td3", "erl", "cemrl
 DEFAULT_TASKS = ("tso-case5", "tso-case14", "tso-case118", "dso-case33bw", "dcmg")
 
 
-def check_grid(algorithms, tasks) -> tuple[list[str], list[str]]:
-    """Canonical names, or a ValueError naming every unknown one and the valid ones, before anything runs."""
+def check_grid(algorithms, tasks, seeds: int = 1, generations: int | None = None) -> tuple[list[str], list[str]]:
+    """Canonical names, or a ValueError naming every unknown one and the valid ones (or what else is wrong
+    with the grid: no algorithm or task, fewer than one seed or generation), before anything runs."""
     from evogrid.envs import list_tasks
     from evogrid.envs.registry import parse_task
     from evogrid.workflows.registry import algorithms as known_algorithms
     from evogrid.workflows.registry import resolve
 
+    if not algorithms or not tasks:
+        raise ValueError(f"the grid needs at least one algorithm and one task (got {len(algorithms)} and {len(tasks)})")
+    if seeds < 1 or (generations is not None and generations < 1):
+        raise ValueError(f"seeds and generations must be at least 1 (got seeds={seeds}, generations={generations})")
     names, bad = [], []
     for a in algorithms:
         try:
@@ -108,7 +113,7 @@ def bench(algorithms, tasks, seeds: int, out: Path, generations: int | None = No
 
     from evogrid.workflows.registry import build
 
-    algorithms, tasks = check_grid(algorithms, tasks)
+    algorithms, tasks = check_grid(algorithms, tasks, seeds, generations)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
     done = _done(results)

@@ -400,7 +400,7 @@ def _bench(args) -> int:
 
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     try:
-        bench.check_grid(split(args.algorithms), split(args.tasks))
+        bench.check_grid(split(args.algorithms), split(args.tasks), args.seeds, args.generations)
     except ValueError as err:
         raise UsageError(str(err)) from None
     out = Path(args.out)

@@ -19,6 +19,12 @@ def test_unknown_names_are_refused_before_any_run(tmp_path, capsys):
     assert bench.check_grid(["ppo"], ["tso-case5-fc4", "dso-case33bw-real-fc4"])[1] == ["tso-case5-fc4", "dso-case33bw-real-fc4"]
     with pytest.raises(ValueError, match=r"unknown task\(s\) tso-case5-fc, tso-case5-n2; choose from .*'-fc<H>'"):
         bench.check_grid(["ppo"], ["tso-case5", "tso-case5-fc", "tso-case5-n2"])
+    # an empty grid or no budget is refused too, before anything runs
+    with pytest.raises(ValueError, match="at least one algorithm and one task"):
+        bench.check_grid([], ["tso-case5"])
+    for seeds, generations in ((0, None), (1, 0), (1, -1)):
+        with pytest.raises(ValueError, match="seeds and generations must be at least 1"):
+            bench.check_grid(["ppo"], ["tso-case5"], seeds, generations)
 
 
 @pytest.mark.slow
