@@ -2,14 +2,14 @@
 
     python benchmarks/env_throughput.py            # N=256 envs, T=48 steps (the issue's setting)
     python benchmarks/env_throughput.py --quick    # N=64, fewer repeats
-    python benchmarks/env_throughput.py --tasks tso-case5,dcmg   # those rows only (and their "raw" rows)
+    python benchmarks/env_throughput.py --tasks tso-case5,dcmg   # those rows only (and their "+ layer" rows)
 
 The evogrid rows use the PowerZooJax "complete pattern" exactly (batch_reset, uniform
 actions [N, T, A], vmap(scan_rollout), returning the reward trajectory; XLA drops what
-is not returned), plus a "full" column that also returns obs, costs and dones. The
-"tso-caseN raw" rows turn the security redispatch off (`secure_iters=0`), the "dso-case33bw raw" row the
-voltage correction (`volt_rounds=0`): the physics step alone, as the peer and the reference compute it;
-the rows without "raw" are the envs as made. The
+is not returned), plus a "full" column that also returns obs, costs and dones. The rows are the envs
+as made (the physics step alone, as the peer and the reference compute it); the "+ layer" rows put the
+task's safety layer (`evogrid.safety.shield`: the security redispatch, the voltage correction) between
+the random actions and the env, what a policy run with the layer pays per step. The
 reference loop re-dispatches pandapower's own network of the same MATPOWER case (random
 set-points within limits, scaled loads) and solves it (rundcpp / runpp) once per step in Python;
 for the feeders (33bw, 141) it is the same AC power flow the env solves each step, without the
@@ -26,9 +26,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from evogrid.envs import make
+from evogrid.safety import shield
 from evogrid.utils.jax_utils import batch_reset, scan_rollout, split_key_for_envs
 
-RAW = {"tso": {"secure_iters": 0}, "dso": {"volt_rounds": 0}}  # the "raw" rows: the operator's correction off
+LAYER = " + layer"  # rows whose random actions pass through the task's safety layer
 
 # A peer JAX suite on a 2-core machine like ours (figures quoted in the issue, float32).
 PEER = {("5", "DC"): 5.0e6, ("14", "DC"): 2.0e6, ("118", "DC"): 0.29e6, ("14", "AC"): 30e3, ("118", "AC"): 65.0}
@@ -46,8 +47,10 @@ def _time(fn, key, repeats):
     return min(times)
 
 
-def evogrid_rate(task: str, n_envs: int, horizon: int, repeats: int, **options):
-    env, params = make(task, max_steps=horizon, **options) if horizon else make(task, **options)
+def evogrid_rate(task: str, n_envs: int, horizon: int, repeats: int, layer: bool = False):
+    env, params = make(task, max_steps=horizon) if horizon else make(task)
+    if layer:
+        env = shield(env, params)
     horizon = params.max_steps
     n_act = env.action_space(params).shape[0]
 
@@ -117,21 +120,21 @@ def main():
     args = ap.parse_args()
     n_envs, horizon, repeats = (64, 48, 3) if args.quick else (256, 48, 30)
     # (task, pandapower case, AC?, envs, peer figure or None)
-    # the DC rows twice: as made (security redispatch on) and the raw schedule (`secure_iters=0`), which is
-    # what the peer and pandapower compute: one power flow per step, no redispatch
+    # the DC rows twice: the env alone, which is what the peer and pandapower compute (one power flow per
+    # step), and with the security redispatch in front
     dc = [(f"tso-case{c}", c, False, n_envs, PEER[(c, "DC")]) for c in ("5", "14", "118")]
-    rows = [r for row in dc for r in (row, (row[0] + " raw",) + row[1:])] + [
+    rows = [r for row in dc for r in (row, (row[0] + LAYER,) + row[1:])] + [
             ("tso-case14-ac", "14", True, n_envs, PEER[("14", "AC")]),
             ("tso-case118-ac", "118", True, n_envs, PEER[("118", "AC")]), ("dso-case33bw", "33bw", True, n_envs // 2, None),
-            ("dso-case33bw raw", "33bw", True, n_envs // 2, None),
+            ("dso-case33bw" + LAYER, "33bw", True, n_envs // 2, None),
             ("ders-case141", "141", True, n_envs // 2, None), ("dcmg", None, False, n_envs // 4, None),
             ("gencos-case5", None, False, n_envs, None)]
     if args.tasks:
         wanted = [t.strip() for t in args.tasks.split(",") if t.strip()]
-        known = sorted({row[0].removesuffix(" raw") for row in rows})
+        known = sorted({row[0].removesuffix(LAYER) for row in rows})
         if unknown := [t for t in wanted if t not in known]:
             ap.error(f"unknown rows {unknown}; the rows are {', '.join(known)}")
-        rows = [row for row in rows if row[0].removesuffix(" raw") in wanted]
+        rows = [row for row in rows if row[0].removesuffix(LAYER) in wanted]
     print(f"# evogrid figures: best of {repeats} calls after the first (compile) call; run-to-run spread on a")
     print("# 2-core VM is about +-20%. pandapower: its own caseN network, one solve per step in Python.")
     header = ("task", "N", "evogrid steps/s", "full-traj steps/s", "compile s", "converged",
@@ -146,8 +149,8 @@ def main():
     except ImportError:
         have_pp = False
         print("# pandapower is not installed (`pip install -e .[test]`): its columns show n/a")
-    measured = [(row, *evogrid_rate(row[0].removesuffix(" raw"), row[3], 0 if row[0] == "dcmg" else horizon, repeats,
-                                    **(RAW[row[0][:3]] if row[0].endswith(" raw") else {}))) for row in rows]
+    measured = [(row, *evogrid_rate(row[0].removesuffix(LAYER), row[3], 0 if row[0] == "dcmg" else horizon, repeats,
+                                    row[0].endswith(LAYER))) for row in rows]
     for (task, pp_case, ac, n, peer), lean, full, compile_s, conv in measured:  # pandapower after, so its threads do not overlap ours
         ref_cols = "- | -" if have_pp or not pp_case else "n/a | n/a"
         if pp_case and have_pp:

@@ -1,17 +1,21 @@
-"""`evogrid bench`: a grid of algorithms x tasks x seeds, judged on the test days against the task's oracle.
+"""`evogrid bench`: an ablation grid of algorithms x tasks x seeds x safety layer on/off, judged on the test
+days against the task's oracle, beside the operator's baselines with and without the layer.
 
-    evogrid bench --algorithms Open_ES,ppo --tasks tso-case5,tso-case14 --seeds 3 --out bench
+    evogrid bench --algorithms Open_ES,ppo --tasks tso-case5,tso-case14 --seeds 3 --layers on,off --out bench
 
-Each run trains with the algorithm's defaults for the budget below (or `--generations`), then plays
-the chosen policy on every test day. One JSON line per (algorithm, task, seed) goes to
-`<out>/results.jsonl` as soon as it finishes, so a killed bench resumes where it stopped (finished
-runs are skipped; a run stopped by Ctrl-C or SIGTERM is not recorded and runs again); a run that fails
-(e.g. NaN) is recorded with its error and the grid goes on.
+Each run trains with the algorithm's defaults for the budget below (or `--generations`), with the task's
+safety layer between the policy and the env or without it (`safety` config field; a task without a
+layer runs without), then plays the chosen policy on every test day. One JSON line per (algorithm, task,
+layer, seed) goes to `<out>/results.jsonl` as soon as it finishes, so a killed bench resumes where it
+stopped (finished runs are skipped; a run stopped by Ctrl-C or SIGTERM is not recorded and runs again);
+a run that fails (e.g. NaN) is recorded with its error and the grid goes on.
 Seeds of one cell run one after another in the same compiled program (one workflow object, a key
 per seed: the learn loop is Python, so seeds are not vmapped). `<out>/results.md` and
-`<out>/results.png` summarise each cell: the gap to the oracle in % of cost (mean over seeds with a
-95% bootstrap interval), the share of feasible test days (and of the test days the oracle solves: a
-day with no feasible schedule at all cannot count against a policy), wall time and env steps.
+`<out>/results.png` summarise each cell and each operator baseline (`baselines.operators`): the gap to
+the oracle in % of cost over the test days the oracle solves (mean over seeds with a 95% bootstrap
+interval, the 95th percentile and the worst day), the feasible share of those days, with the layer the
+raw policy's feasible share before it and the MWh per day it moved, the decision time per step (policy
+forward and layer, or one MPC solve), wall time and env steps.
 """
 from __future__ import annotations
 
@@ -31,13 +35,17 @@ EC_BUDGET = 200
 # 2.1% at 600 (an earlier round), 1.55% at 400 and 1.72% at 300 (~135 s a run); on dso-case33bw 1.04% at 200
 # and 1.21% at 100 (31 s a run instead of 59)
 EC_BUDGET_BY_TASK = {"tso-case118": 300, "dso-case33bw": 100}
-DEFAULT_ALGORITHMS = ("Open_ES", "Sep_CMA_ES", "GA", "ppo", "td3", "erl", "cemrl")
+DEFAULT_ALGORITHMS = ("Open_ES", "Sep_CMA_ES", "ppo")   # the ablation doubles the grid: the best of each family
 DEFAULT_TASKS = ("tso-case5", "tso-case14", "tso-case118", "dso-case33bw", "dcmg")
 
 
-def check_grid(algorithms, tasks, seeds: int = 1, generations: int | None = None) -> tuple[list[str], list[str]]:
+LAYERS = ("on", "off")
+
+
+def check_grid(algorithms, tasks, seeds: int = 1, generations: int | None = None, layers=LAYERS) -> tuple[list[str], list[str]]:
     """Canonical names, or a ValueError naming every unknown one and the valid ones (or what else is wrong
-    with the grid: no algorithm or task, fewer than one seed or generation), before anything runs."""
+    with the grid: no algorithm or task, fewer than one seed or generation, a layer setting other than on
+    and off), before anything runs."""
     from evogrid.envs import list_tasks
     from evogrid.envs.registry import parse_task
     from evogrid.workflows.registry import algorithms as known_algorithms
@@ -47,6 +55,8 @@ def check_grid(algorithms, tasks, seeds: int = 1, generations: int | None = None
         raise ValueError(f"the grid needs at least one algorithm and one task (got {len(algorithms)} and {len(tasks)})")
     if seeds < 1 or (generations is not None and generations < 1):
         raise ValueError(f"seeds and generations must be at least 1 (got seeds={seeds}, generations={generations})")
+    if not layers or any(x not in LAYERS for x in layers):
+        raise ValueError(f"layers must be on, off or both (comma-separated), got {','.join(layers) or 'nothing'}")
     names, bad = [], []
     for a in algorithms:
         try:
@@ -77,8 +87,32 @@ def _done(path: Path) -> set:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue  # a torn last line of a killed bench
-        out.add((row["algorithm"], row["task"], row["seed"]))
+        out.add((row["algorithm"], row["task"], row.get("layer", "on"), row["seed"]))
     return out
+
+
+def has_layer(task: str) -> bool:
+    """Whether the task has a safety layer (DC transmission and dso tasks)."""
+    from evogrid.baselines import _has_operators
+
+    return not task.startswith("gymnax:") and _has_operators(task)
+
+
+def decision_seconds(env, policy, obs, repeats: int = 200) -> float:
+    """Median seconds of one decision for one observation: `policy(obs)`, and the layer's correction when
+    `env` is `Shielded` (compiled; what a control room would wait for each interval)."""
+    import jax
+
+    from evogrid.safety import Shielded
+
+    decide = jax.jit((lambda o: env.layer(o, policy(o))[0]) if isinstance(env, Shielded) else policy)
+    jax.block_until_ready(decide(obs))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(decide(obs))
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
 
 
 def run_one(workflow, seed: int, generations: int) -> dict:
@@ -99,40 +133,64 @@ def run_one(workflow, seed: int, generations: int) -> dict:
            "wall_s": wall, "env_steps": float(history[-1].get("env_steps", float("nan"))) if history else 0.0}
     if not np.all(np.isfinite(day_return)):
         raise FloatingPointError("the evaluated return is not finite")
-    if baselines.supported(workflow.config.task):
-        report = baselines.baseline(workflow.config.task)
+    report = baselines.baseline(workflow.config.task) if baselines.supported(workflow.config.task) else None
+    solved = baselines.solved_days(report) if report else []  # a day without any feasible schedule cannot count against a policy
+    if report:
         row["gap_pct"], row["gap_days"] = baselines.gap(report, day_return)
-        solved = baselines.solved_days(report)   # a day without any feasible schedule cannot count against a policy
         met = np.asarray(ev["day_feasible"])[solved]
         row["feasible_solved_share"] = float(met.mean()) if solved else float("nan")
+        if solved:
+            days = baselines.day_gaps(report, day_return)
+            row["gap_p95_pct"], row["gap_worst_pct"] = float(np.percentile(days, 95)), float(days.max())
+    try:
+        policy = workflow.chosen_policy(state)
+    except NotImplementedError:
+        return row
+    from evogrid.baselines.operators import play_days
+
+    test = workflow.split_params("test")
+    row["decision_s"] = decision_seconds(workflow.env, policy, workflow.env.reset_to_day(0, test)[0])
+    if workflow.layer_on:   # what the layer did: the raw policy's feasible days before it, the MWh it moved
+        _, raw_costs, _ = play_days(workflow.env.env, test, policy)
+        _, _, moved = play_days(workflow.env, test, policy)
+        row["moved_mwh"] = float(moved.mean())
+        if solved:
+            row["raw_feasible_solved_share"] = float(np.mean(np.all(raw_costs[solved] <= 1e-6, axis=-1)))
     return row
 
 
-def bench(algorithms, tasks, seeds: int, out: Path, generations: int | None = None, log=print) -> list[dict]:
+def bench(algorithms, tasks, seeds: int, out: Path, generations: int | None = None, log=print,
+          layers=LAYERS) -> list[dict]:
     import jax
 
+    from evogrid import baselines
     from evogrid.workflows.registry import build
 
-    algorithms, tasks = check_grid(algorithms, tasks, seeds, generations)
+    algorithms, tasks = check_grid(algorithms, tasks, seeds, generations, layers)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
     done = _done(results)
-    todo = [(a, t, s) for a in algorithms for t in tasks for s in range(seeds) if (a, t, s) not in done]
-    log(f"evogrid bench: {len(algorithms)} algorithms x {len(tasks)} tasks x {seeds} seeds; {len(done)} runs done, "
-        f"{len(todo)} to go -> {out}")
+    cells = [(a, t, layer) for a in algorithms for t in tasks for layer in layers if layer == "off" or has_layer(t)]
+    todo = [(a, t, layer, s) for a, t, layer in cells for s in range(seeds) if (a, t, layer, s) not in done]
+    log(f"evogrid bench: {len(algorithms)} algorithms x {len(tasks)} tasks x layer {'/'.join(layers)} x {seeds} seeds; "
+        f"{len(done)} runs done, {len(todo)} to go -> {out}")
     t_start, finished = time.perf_counter(), 0
+    for task in tasks:   # the oracles and the operator's baselines first (cached): every run's gap needs them
+        if baselines.supported(task):
+            log(f"evogrid bench: the oracle and the operator's baselines of {task}")
+            baselines.baseline(task, operators=True)
     workflows = {}
-    for i, (algorithm, task, seed) in enumerate(todo):
+    for i, (algorithm, task, layer, seed) in enumerate(todo):
         gens = generations or BUDGET.get(algorithm.lower(), EC_BUDGET_BY_TASK.get(task, EC_BUDGET))
-        record = {"algorithm": algorithm, "task": task, "seed": seed, "generations": gens}
+        record = {"algorithm": algorithm, "task": task, "layer": layer, "seed": seed, "generations": gens}
         try:
-            if (algorithm, task) not in workflows:   # keep one cell, and free the last cell's compiled programs:
+            if (algorithm, task, layer) not in workflows:   # keep one cell, and free the last cell's compiled programs:
                 # the whole grid in one process crashed near its end ("LLVM compilation error: Cannot allocate
                 # memory", then a segfault, after 99 of 105 runs: every cell's executables stayed mapped)
                 workflows.clear()
                 jax.clear_caches()
-                workflows[(algorithm, task)] = build({"algorithm": algorithm, "task": task})[1]
-            record.update(status="ok", **run_one(workflows[(algorithm, task)], seed, gens))
+                workflows[(algorithm, task, layer)] = build({"algorithm": algorithm, "task": task, "safety": layer})[1]
+            record.update(status="ok", **run_one(workflows[(algorithm, task, layer)], seed, gens))
         except Exception as err:  # the grid goes on; the failure is recorded with its reason
             record.update(status="failed", error=f"{type(err).__name__}: {err}"[:500])
         with open(results, "a") as f:
@@ -141,12 +199,12 @@ def bench(algorithms, tasks, seeds: int, out: Path, generations: int | None = No
         per_run = (time.perf_counter() - t_start) / finished
         gap = record.get("gap_pct")
         shown = f"gap {gap:.2f}%" if gap is not None else record.get("error", "no oracle")[:60]
-        log(f"[{i + 1}/{len(todo)}] {algorithm} on {task} seed {seed}: {record['status']} "
+        log(f"[{i + 1}/{len(todo)}] {algorithm} on {task} (layer {layer}) seed {seed}: {record['status']} "
             f"{shown if record['status'] == 'ok' else record['error'][:80]}  ETA {per_run * (len(todo) - i - 1):.0f} s")
     if todo:
         log(f"evogrid bench: {finished} runs in {(time.perf_counter() - t_start) / 60:.1f} min (oracles included)")
     rows = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
-    write_summary(rows, out)
+    write_summary(rows, out, {t: baselines.baseline(t, operators=True) for t in tasks if baselines.supported(t)})
     return rows
 
 
@@ -160,38 +218,67 @@ def bootstrap_ci(values, n: int = 2000, seed: int = 0) -> tuple[float, float, fl
     return float(values.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
-def summarise(rows: list[dict]) -> list[dict]:
+def _mean(runs, key) -> float:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def summarise(rows: list[dict], reports: dict | None = None) -> list[dict]:
+    """One summary per (algorithm, task, layer) cell over its seeds, and one per operator baseline of each
+    task in `reports` (task -> `baselines.baseline(task, operators=True)`; algorithm "baseline:<name>")."""
     cells = {}
     for r in rows:
-        cells.setdefault((r["algorithm"], r["task"]), []).append(r)
+        cells.setdefault((r["algorithm"], r["task"], r.get("layer", "on")), []).append(r)
     out = []
-    for (algorithm, task), runs in cells.items():
+    for (algorithm, task, layer), runs in cells.items():
         ok = [r for r in runs if r["status"] == "ok"]
-        gaps = [r["gap_pct"] for r in ok if "gap_pct" in r]
-        mean, lo, hi = bootstrap_ci(gaps)
-        out.append({"algorithm": algorithm, "task": task, "seeds": len(runs), "failed": len(runs) - len(ok),
-                    "gap_pct": mean, "gap_lo": lo, "gap_hi": hi,
-                    "return": float(np.mean([r["return"] for r in ok])) if ok else float("nan"),
-                    "feasible_share": float(np.mean([r["feasible_share"] for r in ok])) if ok else float("nan"),
-                    "feasible_solved": float(np.mean([r.get("feasible_solved_share", np.nan) for r in ok])) if ok else float("nan"),
-                    "wall_s": float(np.mean([r["wall_s"] for r in ok])) if ok else float("nan"),
-                    "env_steps": float(np.mean([r["env_steps"] for r in ok])) if ok else float("nan")})
+        mean, lo, hi = bootstrap_ci([r["gap_pct"] for r in ok if "gap_pct" in r])
+        out.append({"algorithm": algorithm, "task": task, "layer": layer, "seeds": len(runs), "failed": len(runs) - len(ok),
+                    "gap_pct": mean, "gap_lo": lo, "gap_hi": hi, "gap_p95_pct": _mean(ok, "gap_p95_pct"),
+                    "gap_worst_pct": max((r["gap_worst_pct"] for r in ok if "gap_worst_pct" in r), default=float("nan")),
+                    **{k: _mean(ok, k) for k in ("return", "feasible_share", "feasible_solved_share",
+                                                 "raw_feasible_solved_share", "moved_mwh", "decision_s", "wall_s", "env_steps")}})
+    for task, report in (reports or {}).items():
+        for name, f in report.get("summary", {}).get("operators", {}).items():
+            out.append({"algorithm": f"baseline:{name.removesuffix('+layer')}", "task": task,
+                        "layer": "on" if name.endswith("+layer") else "off", "seeds": 1, "failed": 0,
+                        "gap_pct": f["gap_pct"], "gap_lo": f["gap_pct"], "gap_hi": f["gap_pct"],
+                        "gap_p95_pct": f["gap_p95_pct"], "gap_worst_pct": f["gap_worst_pct"], "return": f["return"],
+                        "feasible_share": float("nan"), "feasible_solved_share": f["feasible_solved_share"],
+                        "raw_feasible_solved_share": float("nan"), "moved_mwh": f["moved_mwh"],
+                        "decision_s": float("nan") if f.get("decision_s") is None else f["decision_s"],
+                        "wall_s": float("nan"), "env_steps": float("nan")})
     return out
 
 
+def _pct(x) -> str:
+    return "-" if np.isnan(x) else f"{100 * x:.0f}%"
+
+
+def _num(x, fmt: str) -> str:
+    return "-" if np.isnan(x) else format(x, fmt)
+
+
 def markdown(cells: list[dict]) -> str:
-    lines = ["| task | algorithm | gap to oracle, % of cost (95% CI) | feasible test days | feasible days of those the "
-             "oracle solves | test return | wall s / run | env steps / run | seeds (failed) |", "|---|---|---|---|---|---|---|---|---|"]
-    for c in sorted(cells, key=lambda c: (c["task"], c["algorithm"])):
-        gap = "no oracle" if np.isnan(c["gap_pct"]) else f"{c['gap_pct']:.2f} [{c['gap_lo']:.2f}, {c['gap_hi']:.2f}]"
-        solved = "-" if np.isnan(c["feasible_solved"]) else f"{100 * c['feasible_solved']:.0f}%"
-        lines.append(f"| {c['task']} | {c['algorithm']} | {gap} | {100 * c['feasible_share']:.0f}% | {solved} | {c['return']:.2f} | "
-                     f"{c['wall_s']:.0f} | {c['env_steps']:,.0f} | {c['seeds']} ({c['failed']}) |")
-    return "\n".join(lines) + "\n"
+    """One table per task: every cell and baseline, with the layer on and off."""
+    head = ("| policy | safety layer | gap to oracle, % of cost (95% CI over seeds) | p95 day | worst day | feasible "
+            "(of the days the oracle solves) | raw policy feasible, before the layer | layer moved, MWh/day | "
+            "decision ms/step | wall s / run | env steps / run | seeds (failed) |")
+    out = []
+    for task in sorted({c["task"] for c in cells}):
+        out += [f"\n**{task}**\n", head, "|---" * 12 + "|"]
+        for c in sorted((c for c in cells if c["task"] == task), key=lambda c: (c["algorithm"].startswith("baseline:"), c["algorithm"], c["layer"])):
+            gap = "no oracle" if np.isnan(c["gap_pct"]) else (
+                f"{c['gap_pct']:.2f}" + ("" if c["algorithm"].startswith("baseline:") else f" [{c['gap_lo']:.2f}, {c['gap_hi']:.2f}]"))
+            out.append(f"| {c['algorithm']} | {c['layer']} | {gap} | {_num(c['gap_p95_pct'], '.2f')} | {_num(c['gap_worst_pct'], '.2f')} | "
+                       f"{_pct(c['feasible_solved_share'])} | {_pct(c['raw_feasible_solved_share'])} | {_num(c['moved_mwh'], '.1f')} | "
+                       f"{_num(1e3 * c['decision_s'], '.2f')} | {_num(c['wall_s'], '.0f')} | {_num(c['env_steps'], ',.0f')} | "
+                       f"{c['seeds']} ({c['failed']}) |")
+    return "\n".join(out).lstrip("\n") + "\n"
 
 
-def write_summary(rows: list[dict], out: Path) -> None:
-    cells = summarise(rows)
+def write_summary(rows: list[dict], out: Path, reports: dict | None = None) -> None:
+    cells = summarise(rows, reports)
     (out / "results.md").write_text(markdown(cells))
     try:
         import matplotlib
@@ -201,6 +288,7 @@ def write_summary(rows: list[dict], out: Path) -> None:
     except ImportError:
         print("evogrid: matplotlib not installed; no results.png", file=sys.stderr)
         return
+    cells = [c for c in cells if c["layer"] == "on" or not has_layer(c["task"])]   # the plot: as deployed
     tasks = sorted({c["task"] for c in cells})
     algs = sorted({c["algorithm"] for c in cells})
     fig, axes = plt.subplots(1, len(tasks), figsize=(3.2 * len(tasks), 3.6), squeeze=False)

@@ -400,13 +400,13 @@ def _bench(args) -> int:
 
     split = lambda text: [x.strip() for x in text.split(",") if x.strip()]  # noqa: E731
     try:
-        bench.check_grid(split(args.algorithms), split(args.tasks), args.seeds, args.generations)
+        bench.check_grid(split(args.algorithms), split(args.tasks), args.seeds, args.generations, split(args.layers))
     except ValueError as err:
         raise UsageError(str(err)) from None
     out = Path(args.out)
     try:
         bench.bench(split(args.algorithms), split(args.tasks), args.seeds, out, args.generations,
-                    log=lambda m: print(m, flush=True))
+                    log=lambda m: print(m, flush=True), layers=split(args.layers))
     except KeyboardInterrupt as stop:
         print(f"evogrid bench: {stop or 'stopped'}", file=sys.stderr)
         return 130
@@ -424,7 +424,7 @@ def _baseline(args) -> int:
     from evogrid.envs.registry import parse_task
 
     try:
-        report = baselines.baseline(args.task, split=args.split, refresh=args.refresh)
+        report = baselines.baseline(args.task, split=args.split, refresh=args.refresh, operators=True)
     except ValueError as err:
         raise UsageError(str(err)) from None
     s = report["summary"]
@@ -467,10 +467,24 @@ def _baseline(args) -> int:
                 ("myopic gap to the oracle", f"{s['myopic_gap_pct']:.3f}% of cost")]
     width = max(len(r[0]) for r in rows)
     print("\n".join(f"  {name:<{width}}  {value}" for name, value in rows))
+    if s.get("operators"):
+        print(operator_table(s["operators"]))
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
         print(f"written: {args.json}")
     return 0
+
+
+def operator_table(figures: dict) -> str:
+    """The operator's baselines as a markdown table (`baselines.policy_figures` per name)."""
+    lines = ["", "| baseline | safety layer | gap to oracle, % of cost | p95 day | worst day | feasible solved days "
+             "| layer moved, MWh/day | decision s/step |", "|---|---|---|---|---|---|---|---|"]
+    for name, f in figures.items():
+        seconds = "-" if f.get("decision_s") is None else f"{f['decision_s']:.4f}"
+        lines.append(f"| {name.removesuffix('+layer')} | {'on' if name.endswith('+layer') else 'off'} | {f['gap_pct']:.2f} | "
+                     f"{f['gap_p95_pct']:.2f} | {f['gap_worst_pct']:.2f} | {100 * f['feasible_solved_share']:.0f}% | "
+                     f"{f['moved_mwh']:.2f} | {seconds} |")
+    return "\n".join(lines)
 
 
 def _config(args) -> int:
@@ -520,14 +534,19 @@ def main(argv: list[str] | None = None) -> int:
     ro.add_argument("--envs", type=int, default=256, help="parallel environments (default 256)")
     ro.add_argument("--steps", type=int, default=48, help="steps per episode (default 48 half-hours)")
     ro.add_argument("--seed", type=int, default=0)
-    ba = sub.add_parser("baseline", help="the task's optimisation oracle and myopic policy on its test days")
+    ba = sub.add_parser("baseline", help="the task's optimisation oracle and the operator's baselines (with and "
+                                         "without the safety layer) on its test days")
     ba.add_argument("--task", required=True, help="task name, see `evogrid tasks`")
     ba.add_argument("--split", default="test", choices=("train", "val", "test"))
     ba.add_argument("--refresh", action="store_true", help="recompute instead of reading the cache")
     ba.add_argument("--json", help="also write the full report (per-day figures) to this file")
-    be = sub.add_parser("bench", help="algorithms x tasks x seeds against the oracle; resumable (see evogrid/bench.py)")
-    be.add_argument("--algorithms", default="Open_ES,Sep_CMA_ES,GA,ppo,td3,erl,cemrl", help="comma-separated names")
-    be.add_argument("--tasks", default="tso-case5,tso-case14,tso-case118,dso-case33bw,dcmg", help="comma-separated tasks")
+    from evogrid.bench import DEFAULT_ALGORITHMS, DEFAULT_TASKS, LAYERS
+
+    be = sub.add_parser("bench", help="algorithms x tasks x seeds x safety layer on/off against the oracle and the "
+                                      "operator's baselines; resumable (see evogrid/bench.py)")
+    be.add_argument("--algorithms", default=",".join(DEFAULT_ALGORITHMS), help="comma-separated names")
+    be.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help="comma-separated tasks")
+    be.add_argument("--layers", default=",".join(LAYERS), help="safety layer settings to run: on, off or on,off (default both)")
     be.add_argument("--seeds", type=int, default=3)
     be.add_argument("--generations", type=int, help="per run (default: a budget per algorithm, and for the evolution strategies per task, see evogrid/bench.py)")
     be.add_argument("--out", default="bench", help="output directory (default bench/)")

@@ -49,6 +49,9 @@ class ConstraintConfig(Config):
     select_on: str = param("val", "days the reported policy is chosen on: val, or train+val (48 days instead of 8 "
                            "on synthetic tasks: feasible on more unseen days, at some cost; README 'Results')",
                            choices=("val", "train+val"))
+    safety: str = param("auto", "safety layer between the policy and the grid (evogrid.safety: the security "
+                        "redispatch on DC transmission tasks, the voltage correction on dso): auto (where the task "
+                        "has one), on, or off (the raw policy)", choices=("auto", "on", "off"))
 
 
 @struct.dataclass

@@ -20,19 +20,13 @@ from evogrid.rollout import rollout
 @pytest.mark.parametrize("task", ["tso-case5", "tso-case14"])
 def test_oracle_schedule_replays_to_its_objective_with_zero_costs(task):
     """Float64: the schedule, asked for step by step, gives the env's return = -objective to 1e-6 relative
-    (measured ~1e-15) and every cost channel zero (to round-off, 1e-9 p.u.), with the peak plan off. With
-    it (the default on these tasks) every channel stays zero, but the plan moves a schedule whose peak lies
-    within SECURE_MARGIN of the ratings, as the oracle's does: at most 0.5% dearer (measured 0.12-0.37% on
-    tso-case5, 0.011% at most on tso-case14)."""
+    (measured ~1e-15) and every cost channel zero (to round-off, 1e-9 p.u.)."""
     with jax.enable_x64(True):
         env, params = make(task, split="test")
-        assert params.peak_plan
         for r in [r for r in dc_opf_oracle(params, days=range(4)) if r.status == "optimal"]:
-            ret, costs = replay(env, params.replace(peak_plan=False), r.day, r.pg)
+            ret, costs = replay(env, params, r.day, r.pg)
             np.testing.assert_allclose(ret, -r.cost, rtol=1e-6)
             assert np.all(costs <= 1e-9), costs
-            ret, costs = replay(env, params, r.day, r.pg)
-            assert -r.cost * 1.005 <= ret <= -r.cost * (1 - 1e-6) and np.all(costs <= 1e-9), (ret, costs)
 
 
 def test_security_constrained_oracle_replays_secure_through_the_outage_env():
@@ -78,12 +72,13 @@ def test_one_step_dc_opf_matches_pypower_rundcopf(name):
 def test_limits_bind_in_the_oracle_schedule(task, line, ramp, myopic_gap):
     """Lines and ramps bind on the test days (case14: derived ratings, 1.13 x the economic dispatch's flows at
     its own loads, and merit ramp rates, its slack among the slow units; case5: its own ratings), and the
-    myopic policy pays clearly more than the oracle. Measured: case14 lines 31% / ramps 100% of the days the
-    oracle solves (all 16), myopic gap 0.29% (feasible on every day); case5 lines and ramps 100%,
-    myopic gap 0.34% (feasible on every day). Every test day has a feasible schedule, and even the myopic
-    dispatch finds one (case14 at 1.10 x: one test day without any, the myopic dispatch feasible on 94%)."""
+    myopic policy pays more than the oracle and, without foresight, misses limits on some days (its one-step
+    dispatch meets a fast load change with the slow units where their ramps cannot follow). Measured: case14
+    lines 31% / ramps 100% of the days the oracle solves (all 16), myopic gap 0.30%, feasible on 62% of
+    them; case5 lines and ramps 100%, myopic gap 0.10%, feasible on 19%. Every test day has a feasible
+    schedule (case14 at 1.10 x its ratings had a test day without any)."""
     s = baselines.baseline(task, refresh=True)["summary"]
-    assert s["infeasible_days"] == 0 and s["myopic_feasible_share"] == 1.0
+    assert s["infeasible_days"] == 0 and s["myopic_feasible_share"] < 1.0
     assert s["binding_share"]["line"] >= line and s["binding_share"]["ramp"] >= ramp
     assert s["myopic_gap_pct"] >= myopic_gap
 
@@ -138,9 +133,33 @@ def test_baseline_command_prints_and_writes_json(tmp_path, capsys, monkeypatch):
     assert code == 0 and "days with a binding line limit" in out and "myopic gap to the oracle" in out
     # progress on stderr, a line per day in a log (not a terminal)
     assert "  multi-period DC-OPF: day 1/16\n" in captured.err and "  myopic policy: day 16/16\n" in captured.err
+    assert "| mpc | on |" in out and "| zero | off |" in out and "  mpc+layer policy: day 16/16\n" in captured.err
     assert (tmp_path / "b.json").is_file() and list((tmp_path / "cache" / "evogrid" / "baselines").glob("tso-case5-test-*.json"))
     assert cli.main(["baseline", "--task", "gymnax:CartPole-v1"]) == 2
     assert "no optimisation baseline for task 'gymnax:CartPole-v1'" in capsys.readouterr().err
+
+
+def test_rolling_horizon_with_a_perfect_forecast_is_the_oracle():
+    """Case5 over an 8-interval day whose bus loads keep one pattern (so a forecast of the total is a
+    forecast of every bus), the forecast perfect: the rolling-horizon DC-OPF's first solve covers the whole
+    day, and each re-solve continues an optimal schedule, so its replay through the env returns minus the
+    oracle's objective (1e-6) with every channel zero; its one-step (myopic) version pays more."""
+    from evogrid.baselines.tso import rolling_policy
+
+    with jax.enable_x64(True):
+        level = np.array([0.7, 0.8, 0.95, 1.0, 0.9, 0.75, 0.7, 0.8])
+        load = level[None, :, None] * load_case("5").bus[None, None, :, PD]
+        env = TransGridEnv()
+        params = make_trans_params("5", max_steps=8, n_days=1, load_p=load, forecast_error=0.0)
+        oracle = dc_opf_oracle(params)[0]
+        assert oracle.status == "optimal"
+        returns, costs, moved, seconds = rolling_policy(env, params, 9)
+        np.testing.assert_allclose(returns[0], -oracle.cost, rtol=1e-6)
+        assert np.all(costs <= 1e-9) and moved[0] == 0.0 and seconds > 0.0
+        myopic, _, _, _ = rolling_policy(env, params, 1)
+        assert myopic[0] < returns[0] - 1e-6
+        with pytest.raises(ValueError, match=r"horizon must be an integer in \[1, 9\]"):
+            rolling_policy(env, params, 10)
 
 
 def test_myopic_policy_is_feasible_where_one_step_suffices():
@@ -220,10 +239,9 @@ def test_dso_feeder_schedule_is_feasible_and_beats_nearby_actions():
         days = feeder.feeder_oracle(env, params, days=[0, 2])
         solved = days[0]
         assert solved.status == "optimal" and days[1].status == "infeasible"
-        play = feeder.replay_fn(env, params.replace(volt_rounds=0))
+        play = feeder.replay_fn(env, params)
         ret, costs, _ = play(0, solved.pg)
         np.testing.assert_allclose(-ret, solved.cost, rtol=1e-12)
-        np.testing.assert_allclose(feeder.replay_fn(env, params)(0, solved.pg)[0], ret, rtol=1e-12)   # the env as made: as it is
         assert np.all(costs <= 1e-6) and solved.binding["voltage"]
         assert -play(0, np.zeros_like(solved.pg))[0] > solved.cost * 1.2
         # the correction converged: linear voltages at the schedule match the power flow
@@ -232,8 +250,7 @@ def test_dso_feeder_schedule_is_feasible_and_beats_nearby_actions():
             _, actions, u_lin, _ = feeder._day_qp(params, 0, offset)
             offset = offset + play(0, actions)[2] ** 2 - u_lin
         np.testing.assert_allclose(u_lin, play(0, actions)[2] ** 2, atol=1e-5)
-        t = 40   # local optimality of an evening step (no PV; voltages at the band's edge), in the physics alone
-        params = params.replace(volt_rounds=0)
+        t = 40   # local optimality of an evening step (no PV; voltages at the band's edge)
 
         def step_cost(a):
             state = env.start_state(jnp.int32(0), params).replace(time_step=jnp.int32(t))

@@ -42,8 +42,8 @@ def test_fixed_penalty_and_none_do_not_adapt():
 
 
 def test_safe_rl_wrapper_penalises_with_the_lagrangian():
-    """Without the security redispatch (secure_iters=0), so that the dispatch below strains the lines too."""
-    env, params = make("tso-case14", max_steps=6, n_days=4, secure_iters=0)
+    """The raw env (no safety layer), so that the dispatch below strains the lines too."""
+    env, params = make("tso-case14", max_steps=6, n_days=4)
     safe = SafeRLWrapper(env)
     lag = Lagrangian(multiplier=jnp.array([2.0, 1.0, 0.5]), integral=jnp.zeros(3), scale=jnp.asarray(10.0),
                      fixed=jnp.asarray(0.0))

@@ -103,13 +103,11 @@ def test_solved_feeder_matches_pandapower_with_all_resources(params64):
 
 
 def test_energy_balance_every_step_in_float32():
-    """Over a random day: import = load + shift + losses - PV - battery output at every step (float32, 1e-4 MW),
-    with and without the voltage correction (`volt_rounds=2`, which then leaves less than half the voltage
-    violation the random actions cause: measured 9.98 -> 3.33 p.u. x steps)."""
+    """Over a random day: import = load + shift + losses - PV - battery output at every step (float32, 1e-4 MW);
+    the random actions leave the voltage band (the voltage channel counts it)."""
     env = DEREnv()
     voltage = []
-    for volt_rounds in (0, 2):
-        params = make_der_params(n_days=2, volt_rounds=volt_rounds)
+    for params in (make_der_params(n_days=2),):
 
         def body(state, key, params=params):
             k_act, k_step = jax.random.split(key)
@@ -125,7 +123,7 @@ def test_energy_balance_every_step_in_float32():
         assert np.all(np.abs(np.asarray(gap)) < 1e-4) and np.all(np.asarray(imports) > 1.0)
         assert np.all(np.isfinite(np.asarray(costs))) and np.all(np.asarray(costs) >= 0)
         voltage.append(float(np.asarray(costs)[:, 0].sum()))
-    assert voltage[0] > 0.01 and voltage[1] < 0.5 * voltage[0]
+    assert voltage[0] > 0.01
 
 
 def test_soc_cost_counts_clipping_and_the_end_of_day_shortfall(params64):

@@ -15,6 +15,9 @@ Per task family (`evogrid baseline --task NAME` prints the same):
   batteries coupling the steps), its voltages corrected against the sweep power flow, the day replayed
   through the env (a good feasible schedule, not a proven optimum); the realisable baseline is the
   feeder with no control (zero action; on dso-case33bw the env's voltage correction still acts on it).
+* The operator's baselines (`operators.py`, `baseline(task, operators=True)`), each with and without the
+  task's safety layer: zero policy, persistence, myopic and rolling-horizon (MPC) DC-OPF on the
+  observation's forecast on the DC transmission tasks; no control on dso.
 * TSO, AC (`ac.py`): each step's AC-OPF by PYPOWER's `runopf` (optional dependency) as a reference (no
   ramp limits; a local optimum), and its dispatch replayed through the env.
 
@@ -32,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-BASELINE_VERSION = "11"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
+BASELINE_VERSION = "12"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
 
 
 def supported(task: str) -> bool:
@@ -61,8 +64,37 @@ def _cache_path(task: str, split: str, params) -> Path:
     return root / f"{task}-{split}-{digest.hexdigest()[:16]}.json"
 
 
-def baseline(task: str, split: str = "test", refresh: bool = False) -> dict:
-    """Oracle and myopic figures of `task` on its `split` days (a dict, JSON-ready); cached on disk."""
+def baseline(task: str, split: str = "test", refresh: bool = False, operators: bool = False) -> dict:
+    """Oracle and myopic figures of `task` on its `split` days (a dict, JSON-ready); cached on disk. With
+    `operators`, also the operator's baselines with and without the safety layer (`operators.py`: report
+    key "operators", name -> per-day figures; summary key "operators", name -> `policy_figures`), on the
+    tasks that have them (DC transmission and dso)."""
+    report = _oracle_report(task, split, refresh)
+    if operators and "operators" not in report and _has_operators(task):
+        import jax
+
+        from evogrid.baselines.operators import operator_policies
+        from evogrid.envs import make
+
+        with jax.enable_x64(True):
+            env, params = make(task, split=split)
+            ops = operator_policies(env, params, progress=_progress)
+            path = _cache_path(task, split, params)
+        report["operators"] = ops
+        report["summary"]["operators"] = {name: policy_figures(report, v["return"], v["violation"], v["moved_mwh"])
+                                          | {"decision_s": v["decision_s"]} for name, v in ops.items()}
+        path.write_text(json.dumps(report, indent=1))
+    return report
+
+
+def _has_operators(task: str) -> bool:
+    from evogrid.envs.registry import parse_task
+
+    name = parse_task(task)
+    return (name.family == "tso" and "ac" not in name.suffixes) or name.family == "dso"
+
+
+def _oracle_report(task: str, split: str, refresh: bool) -> dict:
     import jax
 
     if not supported(task):
@@ -149,6 +181,24 @@ def gap(report: dict, returns) -> tuple[float, int]:
     oracle = np.array([report["oracle"]["cost"][i] for i in ok])
     cost = -np.asarray(returns, np.float64)[ok]
     return float(100.0 * (cost.sum() - oracle.sum()) / np.abs(oracle).sum()), len(ok)
+
+
+def day_gaps(report: dict, returns) -> np.ndarray:
+    """Each solved day's gap to the oracle, % of the oracle's cost that day ([days the oracle solves])."""
+    ok = solved_days(report)
+    oracle = np.array([report["oracle"]["cost"][i] for i in ok])
+    return 100.0 * (-np.asarray(returns, np.float64)[ok] - oracle) / np.abs(oracle)
+
+
+def policy_figures(report: dict, returns, violations, moved=None) -> dict:
+    """A policy's figures on the test days: gap (% of cost over the solved days), its 95th percentile and
+    worst day, feasible share of the solved days, mean return, and the MWh per day a safety layer moved."""
+    ok = solved_days(report)
+    days = day_gaps(report, returns) if ok else np.array([np.nan])
+    met = np.asarray(violations, np.float64)[ok] <= 1e-6 if ok else np.array([np.nan])
+    return {"gap_pct": gap(report, returns)[0], "gap_p95_pct": float(np.percentile(days, 95)),
+            "gap_worst_pct": float(np.max(days)), "feasible_solved_share": float(np.mean(met)),
+            "return": float(np.mean(returns)), "moved_mwh": float(np.mean(moved)) if moved is not None else 0.0}
 
 
 def summarise(report: dict, returns, violations) -> dict:

@@ -48,7 +48,7 @@ def feeder_oracle(env, params, days=None) -> list[DaySchedule]:
     (optimistic) linear model; "violates": the replay still breaks a limit."""
     # the schedule is measured and replayed on the physics alone: the env's voltage correction (dso) would move
     # an iterate outside the band and hide the linear model's error; a schedule within the band it leaves as is
-    play = replay_fn(env, params.replace(volt_rounds=0))
+    play = replay_fn(env, params)
     out = []
     for d in range(np.asarray(params.load_p).shape[0]) if days is None else days:
         d = int(d)

@@ -41,6 +41,7 @@ from flax import struct
 
 from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
 from evogrid.envs.profiles import (
+    FORECAST_ERROR,
     check_days,
     daily_load_shape,
     daily_pv_profiles,
@@ -213,7 +214,7 @@ def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *,
                      price_tariff=(40.0, 70.0, 130.0), cop: float = 3.5, q_cool_max_mw: float = 2.0,
                      c_th_mwh_per_degc: float = 0.5, tau_hours: float = 10.0, temp_init: float = 22.0,
                      t_limit: float = 27.0, set_range=(18.0, 26.9), reward_scale: float = 0.01, forecast_steps: int = 0,
-                     forecast_error: float = 0.02, backup: bool = True) -> DCMGParams:
+                     forecast_error: float = FORECAST_ERROR, backup: bool = True) -> DCMGParams:
     """Parameters of `DCMicrogridEnv` (defaults: a ~1 MW IT load, 5-minute steps over one day).
 
     Fuel use defaults follow a common diesel approximation (0.08 l/h per kW rating idle, 0.23 l/kWh);

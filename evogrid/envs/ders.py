@@ -35,7 +35,7 @@ from evogrid.envs.dist import (
     with_initial_states,
 )
 from evogrid.envs.environment import money_unit, sanitize_action
-from evogrid.envs.profiles import price_days
+from evogrid.envs.profiles import FORECAST_ERROR, price_days
 from evogrid.envs.spaces import Box
 from evogrid.physics import Battery, as_float, battery_step, make_battery
 
@@ -125,14 +125,11 @@ def make_der_params(case: Case | str = "141", max_steps: int = 48, delta_t_hours
                     split: str = "all", profiles: str = "synthetic",
                     v_min: float = 0.95, v_max: float = 1.05, price_tariff=(40.0, 70.0, 130.0),
                     loss_price: float = 20.0, discomfort_price: float = 30.0, reward_scale: float = 0.01,
-                    sweeps: int = 30, forecast_steps: int = 0, forecast_error: float = 0.02, volt_rounds: int = 0) -> DERParams:
+                    sweeps: int = 30, forecast_steps: int = 0, forecast_error: float = FORECAST_ERROR) -> DERParams:
     """Parameters of `DEREnv`. Bus numbers are the case file's. Battery sizes may be scalars or one per
     battery. Loads and PV days as in `make_dist_params` (`profiles`: synthetic or real); the
     time-of-use price (`price_tariff` = off-peak, shoulder, peak $/MWh) is seeded and synthetic for
-    either; forecasts (`forecast_steps`) as in `make_dist_params`; start-of-day states are solved once here.
-    `volt_rounds` > 0 turns on the DSO task's voltage correction (`dist.voltage_correction`, over the flexible
-    loads and PV; the batteries' set-points stay the policy's); off by default here, the task is not benchmarked
-    with it yet."""
+    either; forecasts (`forecast_steps`) as in `make_dist_params`; start-of-day states are solved once here."""
     battery, soc0 = make_battery(len(battery_buses), mw=battery_mw, mwh=battery_mwh, eta_charge=eta_charge,
                                  eta_discharge=eta_discharge, soc_min=soc_min, soc_max=soc_max, soc_init=soc_init,
                                  taper=taper)
@@ -140,8 +137,7 @@ def make_der_params(case: Case | str = "141", max_steps: int = 48, delta_t_hours
                                  inverter_oversize=inverter_oversize, flex_buses=flex_buses, shift_max=shift_max,
                                  flex_deadband=flex_deadband, n_days=n_days, seed=seed, split=split, profiles=profiles, v_min=v_min, v_max=v_max, loss_price=loss_price,
                                  curtail_price=0.0, discomfort_price=discomfort_price, reward_scale=reward_scale,
-                                 sweeps=sweeps, forecast_steps=forecast_steps, forecast_error=forecast_error,
-                                 volt_rounds=volt_rounds)
+                                 sweeps=sweeps, forecast_steps=forecast_steps, forecast_error=forecast_error)
     params = DERParams(**fields, battery=battery,
                        battery_incidence=as_float(np.eye(case.n_bus)[bus_rows(case, "battery_buses", battery_buses)]),
                        soc_init=soc0,

@@ -12,15 +12,9 @@ Controllable resources at configurable buses:
 * PV inverters: two actions each, curtailment of max(a, 0) of the available
   power and reactive power q = a_q * sqrt(S^2 - P^2) within the inverter rating S.
 The zero action is "no control": no shift, no curtailment, unity power factor.
-Each step solves the radial AC power flow by backward/forward sweep. On the DSO task (`volt_rounds`,
-default VOLT_ROUNDS = 2; 0 turns it off) controls that would leave a bus voltage outside its band are
-corrected as a DSO's controller would, by about the cheapest move, reactive power first
-(`voltage_correction`), and the step applies and costs the corrected controls. Why: on the 8 of 16 test
-days no control can hold in the band, the policies traded cost on every day for less violation on those
-(Sep_CMA_ES: 13.8% over the oracle's cost on the days it solves); with the correction a policy's violation
-on such days is the correction's floor whatever it asks for, and the policies learn cost
-(evogrid bench, dso-case33bw, 3 seeds: Sep_CMA_ES 1.04%, Open_ES 4.1%, PPO 9.9%, every algorithm's
-policies within the band on every solvable test day).
+Each step solves the radial AC power flow by backward/forward sweep with the controls the action asks
+for; nothing in the step corrects them (the DSO's voltage correction is a controller, in
+`evogrid.safety`: `VoltageLayer`). `info["controls"]` holds the controls applied.
 
 reward = -(loss energy * loss_price + curtailed energy * curtail_price
            + shifted energy * discomfort_price) * reward_scale   ($ before scaling)
@@ -40,6 +34,7 @@ from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, QD
 from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
 from evogrid.envs.profiles import (
+    FORECAST_ERROR,
     bus_load_days,
     check_days,
     forecast_features,
@@ -53,7 +48,6 @@ from evogrid.physics import (
     backward_forward_sweep,
     make_radial_network,
 )
-from evogrid.utils.jax_utils import held_least_norm_step, tree_where
 
 
 @struct.dataclass
@@ -91,6 +85,7 @@ class DistParams(EnvParams):
     v_max: jnp.ndarray = None
     volt_sens_p: jnp.ndarray = None  # [n_bus, n_flex + n_pv] d|V|^2 per MW of net load at the flexible, then PV buses
     volt_sens_q: jnp.ndarray = None  # [n_bus, n_flex + n_pv] the same per MVAr
+    q_ratio: jnp.ndarray = None      # [n_bus] Q / P of each bus load (the case's power factor)
     i_max: jnp.ndarray = None        # [n_branch] p.u. current rating, inf = unlimited
     loss_price: jnp.ndarray = None   # $/MWh
     curtail_price: jnp.ndarray = None
@@ -101,7 +96,6 @@ class DistParams(EnvParams):
     init_obs: jnp.ndarray = None     # [n_days, obs_dim]
     base_mva: float = struct.field(pytree_node=False, default=10.0)
     sweeps: int = struct.field(pytree_node=False, default=30)
-    volt_rounds: int = struct.field(pytree_node=False, default=0)  # voltage-correction rounds (`voltage_correction`)
 
 
 class DistGridEnv(Environment):
@@ -124,62 +118,14 @@ class DistGridEnv(Environment):
         return self._obs(new, params), new, -dollars * params.reward_scale, flow["costs"], done, info
 
     def _solve_feeder(self, state, action, params: DistParams, p_inject=0.0):
-        """Apply the flexible-load and PV actions (the first n_flex + 2 n_pv entries of `action`) and
-        any further active injection `p_inject` ([n_bus] MW), then solve the feeder by backward/forward sweep;
-        with `params.volt_rounds` > 0, controls that leave a bus voltage outside its band are corrected first
-        (`voltage_correction`) and the corrected ones are what the step applies and costs.
-
-        Returns (flow, info): flow has vm, v (complex), costs (voltage, thermal) and shift_abs_mw; info has
-        losses_mw, substation_mw (import at the root = load + losses - PV - p_inject), pv_mw,
-        curtailed_mw and shifted_mw (net MW moved by the flexible loads).
-        """
-        n_flex = params.flex_incidence.shape[0]
-        n_pv = params.pv_incidence.shape[0]
-        a_flex, a_curt, a_q = action[:n_flex], action[n_flex:n_flex + n_pv], action[n_flex + n_pv:n_flex + 2 * n_pv]
-        t = state.time_step
-        load_p = params.load_p[state.day, t]
-        flex_p = params.flex_incidence @ load_p               # [n_flex] MW at the flexible buses
-        avail = params.pv_avail[state.day, t] * params.pv_rating
-        shift = params.shift_max * flex_share(a_flex, params.flex_deadband) * flex_p   # MW added (+) or removed (-)
-        curtail = jnp.maximum(a_curt, 0.0) * avail
-        q = a_q * _headroom(params, avail - curtail)
-        flow, info = self._feeder_flow(state, shift, curtail, q, params, p_inject)
-        for _ in range(params.volt_rounds):   # correct against the latest sweep; a feeder within its band is left as it is
-            moved = voltage_correction(state, (shift, curtail, q), flow["vm"], params)
-            outside = jnp.any((flow["vm"] < params.v_min) | (flow["vm"] > params.v_max))
-            shift, curtail, q = (jnp.where(outside, m, x) for m, x in zip(moved, (shift, curtail, q)))
-            flow, info = tree_where(outside, self._feeder_flow(state, shift, curtail, q, params, p_inject), (flow, info))
-        return flow, info
-
-    def _feeder_flow(self, state, shift, curtail, q, params: DistParams, p_inject):
-        """The sweep power flow of the step with the flexible loads moved by `shift` [n_flex] MW (P and Q
-        scale together), `curtail` [n_pv] MW of PV curtailed and `q` [n_pv] MVAr injected: (flow, info)."""
-        t = state.time_step
-        load_p, load_q = params.load_p[state.day, t], params.load_q[state.day, t]
-        flex_p = params.flex_incidence @ load_p
-        scale = 1.0 + jnp.where(flex_p > 0, shift / jnp.where(flex_p > 0, flex_p, 1.0), 0.0) @ params.flex_incidence
-        load_p, load_q = load_p * scale, load_q * scale
-        pv_p = params.pv_avail[state.day, t] * params.pv_rating - curtail
-        net_p = load_p - pv_p @ params.pv_incidence - p_inject
-        s_load = (net_p + 1j * (load_q - q @ params.pv_incidence)) / params.base_mva
-        v0 = jax.lax.complex(state.v_re, state.v_im).astype(params.net.z.dtype)
-        v, i_br, converged = backward_forward_sweep(params.net, s_load, v0, iters=params.sweeps)
-        # an unconverged but finite iterate is kept (flagged; its losses and voltages count); a non-finite one
-        # is replaced by the previous voltages and no current, so every output stays finite
-        finite = jnp.all(jnp.isfinite(v.real) & jnp.isfinite(v.imag)) & jnp.all(jnp.isfinite(i_br.real) & jnp.isfinite(i_br.imag))
-        v, i_br = jnp.where(finite, v, v0), jnp.where(finite, i_br, 0.0)
-        converged = converged & finite
-        losses = jnp.sum(jnp.abs(i_br) ** 2 * params.net.z.real) * params.base_mva   # MW
-        vm = jnp.abs(v)
-        costs = jnp.stack([
-            jnp.sum(jnp.maximum(vm - params.v_max, 0.0) + jnp.maximum(params.v_min - vm, 0.0)),
-            jnp.sum(jnp.maximum(jnp.abs(i_br) - params.i_max, 0.0)),
-            1.0 - converged.astype(vm.dtype),
-        ])
-        flow = {"vm": vm, "v": v, "costs": costs, "shift_abs_mw": jnp.sum(jnp.abs(shift))}
-        info = {"losses_mw": losses, "substation_mw": jnp.sum(net_p) + losses, "pv_mw": jnp.sum(pv_p),
-                "curtailed_mw": jnp.sum(curtail), "shifted_mw": jnp.sum(shift), "converged": converged.astype(vm.dtype)}
-        return flow, info
+        """Apply the flexible-load and PV actions (the first n_flex + 2 n_pv entries of `action`) and any
+        further active injection `p_inject` ([n_bus] MW), then solve the feeder by backward/forward sweep
+        (`feeder_flow`). Returns (flow, info) as `feeder_flow` does, info["controls"] the applied controls."""
+        load_p, load_q, avail = interval(state, params)
+        controls = decode_controls(action, load_p, avail, params)
+        v0 = jax.lax.complex(state.v_re, state.v_im)
+        flow, info = feeder_flow(load_p, load_q, avail, v0, controls, params, p_inject)
+        return flow, dict(info, controls=jnp.concatenate(controls))
 
     def start_state(self, day, params: DistParams) -> DistState:
         """A day's state before its power flow is solved (flat voltage)."""
@@ -232,80 +178,84 @@ class DistGridEnv(Environment):
 
 
 FLEX_DEADBAND = 0.4
-VOLT_ROUNDS = 2        # voltage-correction rounds of the DSO task (make_dist_params), each one more sweep
-VOLT_STEPS = 8         # linear least-norm steps per round
-VOLT_BUSES = 2         # buses furthest outside (or at the edge of) the band, taken per step
-VOLT_MARGIN = 1e-4     # p.u. of |V| aimed inside the band, as the oracle's schedule (feeder.V_MARGIN)
-VOLT_BAND = 1e-4       # p.u. of |V|^2: a bus this close to its limit is held there, not pushed back over
-VOLT_DAMPING = 1e-2    # Levenberg-Marquardt damping, relative to the mean diagonal of the step's system
-Q_WEIGHT = 1e-3       # weight of reactive power against the cheaper of shifting and curtailing (it has no price)
 
 
-def _headroom(params: DistParams, pv_p):
+def headroom(params: DistParams, pv_p):
     """[n_pv] MVAr the inverters can give or take at active output `pv_p` MW."""
     return jnp.sqrt(jnp.maximum(params.inverter_s**2 - pv_p**2, 0.0))
 
 
-def voltage_correction(state, controls, vm, params: DistParams):
-    """Voltage correction: move the controls (shift [n_flex] MW, curtail [n_pv] MW, q [n_pv] MVAr) by about
-    the cheapest amount that brings every bus voltage within [v_min, v_max] (VOLT_MARGIN inside), each
-    within its range, as a DSO's controller overrides set-points that would leave the band. `vm` [n_bus]
-    are the voltages the sweep found at `controls`.
-
-    LinDistFlow gives |V|^2 affinely in the net loads: d|V_j|^2 / dP_m = -2 sum of r over the branches the
-    paths to j and m share / base (`volt_sens_p`, and x for Q), so the step is a linear problem around
-    the sweep's voltages. VOLT_STEPS Gauss-Newton steps on it, each over the VOLT_BUSES buses furthest
-    outside the band: d = W^-1 J^T (J W^-1 J^T + damping)^-1 r, the least change weighted by cost W (the
-    discomfort price for shifts, the curtailment price for curtailment, Q_WEIGHT of the cheaper of the
-    two for reactive power, which costs only losses; reactive power alone for the first half of the steps,
-    every control after), a control that d would push past its range held
-    there and d solved again (`utils.jax_utils.held_least_norm_step`, the step of the transmission env's
-    security redispatch too). The caller re-solves the sweep after each call (`volt_rounds` times), so
-    the linear model's error (losses) is corrected against the real power flow. Where no controls within
-    their ranges reach the band (a day too heavy for the feeder's resources), what is left shows in the
-    `voltage` channel."""
-    shift, curtail, q = controls
-    n_flex = shift.shape[0]
+def interval(state, params: DistParams):
+    """The loads (P MW, Q MVAr, [n_bus]) and the PV power available ([n_pv] MW) of the state's interval."""
     t = state.time_step
-    load_p, load_q = params.load_p[state.day, t], params.load_q[state.day, t]
-    flex_p, flex_q = params.flex_incidence @ load_p, params.flex_incidence @ load_q
-    avail = params.pv_avail[state.day, t] * params.pv_rating
-    ratio = jnp.where(flex_p > 0, flex_q / jnp.where(flex_p > 0, flex_p, 1.0), 0.0)   # a shift moves Q with P
-    sp, sq = params.volt_sens_p, params.volt_sens_q
-    # d|V|^2 per unit of each control: shifting adds load; curtailing removes PV (adds net load); q injects
-    jac = jnp.concatenate([sp[:, :n_flex] + sq[:, :n_flex] * ratio, sp[:, n_flex:], -sq[:, n_flex:]], axis=1)
-    room = _headroom(params, avail - curtail)
-    x0 = jnp.concatenate([shift, curtail, q])
-    lo = jnp.concatenate([-params.shift_max * flex_p, jnp.zeros_like(avail), -room])
-    hi = jnp.concatenate([params.shift_max * flex_p, avail, room])
-    cheap = jnp.minimum(params.discomfort_price, jnp.where(params.curtail_price > 0, params.curtail_price, params.discomfort_price))
-    weight = jnp.concatenate([jnp.broadcast_to(params.discomfort_price, shift.shape),
-                              jnp.broadcast_to(params.curtail_price, curtail.shape),
-                              jnp.broadcast_to(Q_WEIGHT * cheap, q.shape)])
-    weight = jnp.maximum(weight, Q_WEIGHT * cheap)   # a free control (no price) still has a finite weight
-    u0 = vm**2
-    u_lo, u_hi = (params.v_min + VOLT_MARGIN) ** 2, (params.v_max - VOLT_MARGIN) ** 2
-    k = min(VOLT_BUSES, vm.shape[0])
-
-    def step(i, x):
-        u = u0 + jac @ (x - x0)
-        low, high = u_lo - u, u - u_hi
-        need = jnp.maximum(low, high)
-        worst, idx = jax.lax.top_k(need, k)
-        active = worst > -VOLT_BAND   # outside the band, or at its edge: held there (not pushed over by the other's move)
-        rows = jnp.where(low[idx] >= high[idx], 1.0, -1.0)[:, None] * jac[idx]   # [k, n] d(need met)/d control
-        r = jnp.where(active, jnp.maximum(worst, 0.0), 0.0)
-        tier = (weight <= Q_WEIGHT * cheap) | (i >= VOLT_STEPS // 2)   # reactive power alone first, then every control
-        d = held_least_norm_step(jnp.where(active[:, None], rows, 0.0), r, x, lo, hi, tier, weight, VOLT_DAMPING)
-        return jnp.clip(x + d, lo, hi)
-
-    x = jax.lax.fori_loop(0, VOLT_STEPS, step, x0)
-    n_pv = curtail.shape[0]
-    shift, curtail, q = x[:n_flex], x[n_flex:n_flex + n_pv], x[n_flex + n_pv:]
-    room = _headroom(params, avail - curtail)   # curtailing frees inverter capacity; q stays within what is left
-    return shift, curtail, jnp.clip(q, -room, room)
+    return (params.load_p[state.day, t], params.load_q[state.day, t],
+            params.pv_avail[state.day, t] * params.pv_rating)
 
 
+def decode_controls(action, load_p, avail, params: DistParams):
+    """The controls the first n_flex + 2 n_pv entries of `action` ask for at bus loads `load_p` [n_bus] MW
+    and PV power available `avail` [n_pv] MW: (shift [n_flex] MW added (+) or removed (-) at the flexible
+    buses, curtail [n_pv] MW, q [n_pv] MVAr injected within the inverters' headroom)."""
+    n_flex, n_pv = params.flex_incidence.shape[0], params.pv_incidence.shape[0]
+    a_flex, a_curt, a_q = action[:n_flex], action[n_flex:n_flex + n_pv], action[n_flex + n_pv:n_flex + 2 * n_pv]
+    flex_p = params.flex_incidence @ load_p
+    shift = params.shift_max * flex_share(a_flex, params.flex_deadband) * flex_p
+    curtail = jnp.maximum(a_curt, 0.0) * avail
+    return shift, curtail, a_q * headroom(params, avail - curtail)
+
+
+def encode_controls(controls, action, load_p, avail, params: DistParams):
+    """The action that asks for `controls` (the inverse of `decode_controls`); where a control has no range
+    (no flexible load, no PV), the entry of `action` is kept."""
+    shift, curtail, q = controls
+    n = shift.shape[0] + 2 * curtail.shape[0]
+    flex_room = params.shift_max * (params.flex_incidence @ load_p)
+    share = shift / jnp.where(flex_room > 0, flex_room, 1.0)
+    d = params.flex_deadband
+    a_flex = jnp.where(share == 0.0, 0.0, jnp.sign(share) * (d + (1.0 - d) * jnp.abs(share)))
+    a_curt = curtail / jnp.where(avail > 0, avail, 1.0)
+    room = headroom(params, avail - curtail)
+    a_q = q / jnp.where(room > 0, room, 1.0)
+    old = action[:n]
+    new = jnp.concatenate([jnp.where(flex_room > 0, a_flex, old[:shift.shape[0]]),
+                           jnp.where(avail > 0, a_curt, old[shift.shape[0]:shift.shape[0] + curtail.shape[0]]),
+                           jnp.where(room > 0, a_q, old[shift.shape[0] + curtail.shape[0]:])])
+    return action.at[:n].set(jnp.clip(new, -1.0, 1.0))
+
+
+def feeder_flow(load_p, load_q, avail, v0, controls, params: DistParams, p_inject=0.0):
+    """The sweep power flow of an interval (bus loads `load_p` MW / `load_q` MVAr [n_bus], PV available
+    `avail` [n_pv] MW) with `controls` = (shift [n_flex] MW, P and Q scaling together; curtail [n_pv] MW;
+    q [n_pv] MVAr) and `p_inject` [n_bus] MW more, warm started from `v0` [n_bus] complex p.u.
+
+    Returns (flow, info): flow has vm, v (complex), costs (voltage, thermal, ac_diverged) and shift_abs_mw;
+    info has losses_mw, substation_mw (import at the root = load + losses - PV - p_inject), pv_mw,
+    curtailed_mw, shifted_mw (net MW moved by the flexible loads) and converged."""
+    shift, curtail, q = controls
+    flex_p = params.flex_incidence @ load_p
+    scale = 1.0 + jnp.where(flex_p > 0, shift / jnp.where(flex_p > 0, flex_p, 1.0), 0.0) @ params.flex_incidence
+    load_p, load_q = load_p * scale, load_q * scale
+    pv_p = avail - curtail
+    net_p = load_p - pv_p @ params.pv_incidence - p_inject
+    s_load = (net_p + 1j * (load_q - q @ params.pv_incidence)) / params.base_mva
+    v0 = v0.astype(params.net.z.dtype)
+    v, i_br, converged = backward_forward_sweep(params.net, s_load, v0, iters=params.sweeps)
+    # an unconverged but finite iterate is kept (flagged; its losses and voltages count); a non-finite one
+    # is replaced by the previous voltages and no current, so every output stays finite
+    finite = jnp.all(jnp.isfinite(v.real) & jnp.isfinite(v.imag)) & jnp.all(jnp.isfinite(i_br.real) & jnp.isfinite(i_br.imag))
+    v, i_br = jnp.where(finite, v, v0), jnp.where(finite, i_br, 0.0)
+    converged = converged & finite
+    losses = jnp.sum(jnp.abs(i_br) ** 2 * params.net.z.real) * params.base_mva   # MW
+    vm = jnp.abs(v)
+    costs = jnp.stack([
+        jnp.sum(jnp.maximum(vm - params.v_max, 0.0) + jnp.maximum(params.v_min - vm, 0.0)),
+        jnp.sum(jnp.maximum(jnp.abs(i_br) - params.i_max, 0.0)),
+        1.0 - converged.astype(vm.dtype),
+    ])
+    flow = {"vm": vm, "v": v, "costs": costs, "shift_abs_mw": jnp.sum(jnp.abs(shift))}
+    info = {"losses_mw": losses, "substation_mw": jnp.sum(net_p) + losses, "pv_mw": jnp.sum(pv_p),
+            "curtailed_mw": jnp.sum(curtail), "shifted_mw": jnp.sum(shift), "converged": converged.astype(vm.dtype)}
+    return flow, info
 
 
 def flex_share(action, deadband):
@@ -325,7 +275,7 @@ def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hou
                      split: str = "all", profiles: str = "synthetic",
                      v_min: float = 0.95, v_max: float = 1.05, loss_price: float = 50.0, curtail_price: float = 40.0,
                      discomfort_price: float = 20.0, reward_scale: float = 0.1, sweeps: int = 30, forecast_steps: int = 0,
-                     forecast_error: float = 0.02, volt_rounds: int = VOLT_ROUNDS) -> DistParams:
+                     forecast_error: float = FORECAST_ERROR) -> DistParams:
     """Parameters of `DistGridEnv`. Bus numbers are the case file's (1-based for 33bw).
 
     Days (`profiles`): "synthetic", `n_days` (default 64) seeded days scaled from the case's Pd/Qd
@@ -339,14 +289,13 @@ def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hou
     `sweeps`: the most backward/forward sweeps per step, warm-started from the previous step's
     voltages; they stop once their error estimate is below the dtype's tolerance (`backward_forward_sweep`;
     4 to 5 sweeps on random-action days of 141).
-    `volt_rounds`: voltage-correction rounds per step (module docstring; each one more sweep); 0 turns it off.
     """
     case, fields = feeder_fields(case, max_steps, delta_t_hours, pv_buses=pv_buses, pv_rating_mw=pv_rating_mw,
                                  inverter_oversize=inverter_oversize, flex_buses=flex_buses, shift_max=shift_max,
                                  flex_deadband=flex_deadband, n_days=n_days, seed=seed, split=split, profiles=profiles, v_min=v_min, v_max=v_max, loss_price=loss_price,
                                  curtail_price=curtail_price, discomfort_price=discomfort_price,
                                  reward_scale=reward_scale, sweeps=sweeps, forecast_steps=forecast_steps,
-                                 forecast_error=forecast_error, volt_rounds=volt_rounds)
+                                 forecast_error=forecast_error)
     return with_initial_states(DistGridEnv(), DistParams(**fields))
 
 
@@ -362,11 +311,9 @@ def bus_rows(case: Case, name: str, buses) -> list[int]:
 
 def feeder_fields(case, max_steps, delta_t_hours, *, pv_buses, pv_rating_mw, inverter_oversize, flex_buses,
                   shift_max, flex_deadband, n_days, seed, split, profiles, v_min, v_max, loss_price, curtail_price, discomfort_price,
-                  reward_scale, sweeps, forecast_steps=0, forecast_error=0.02, volt_rounds=0):
+                  reward_scale, sweeps, forecast_steps=0, forecast_error=FORECAST_ERROR):
     """The `DistParams` fields shared by the feeder tasks (DSO and DERs): (case, fields dict)."""
     check_days(max_steps, delta_t_hours, n_days)
-    if not isinstance(volt_rounds, (int, np.integer)) or volt_rounds < 0:
-        raise ValueError(f"volt_rounds must be an integer >= 0 (0: no voltage correction), got {volt_rounds!r}")
     if not 0.0 <= flex_deadband < 1.0:
         raise ValueError(f"flex_deadband must be in [0, 1), got {flex_deadband}")
     case = load_case(case) if not isinstance(case, Case) else case
@@ -383,13 +330,13 @@ def feeder_fields(case, max_steps, delta_t_hours, *, pv_buses, pv_rating_mw, inv
     sens_p, sens_q = (-2.0 * down.T @ (w[:, None] * down) @ at / case.base_mva for w in (z.real, z.imag))
     return case, dict(
         max_steps=max_steps, delta_t_hours=delta_t_hours, base_mva=case.base_mva, sweeps=sweeps,
-        load_p=as_float(load_p), load_q=as_float(load_p * ratio), pv_avail=as_float(pv),
+        load_p=as_float(load_p), load_q=as_float(load_p * ratio), q_ratio=as_float(ratio), pv_avail=as_float(pv),
         pv_rating=as_float(pv_rating), inverter_s=as_float(pv_rating * inverter_oversize),
         pv_incidence=as_float(eye[pv_rows]), flex_incidence=as_float(eye[flex_rows]),
         shift_max=as_float(shift_max), flex_deadband=as_float(flex_deadband), v_min=as_float(v_min), v_max=as_float(v_max),
         i_max=as_float(case.rate_a / case.base_mva), loss_price=as_float(loss_price),
         curtail_price=as_float(curtail_price), discomfort_price=as_float(discomfort_price),
-        reward_scale=as_float(reward_scale), net=net, volt_rounds=int(volt_rounds),
+        reward_scale=as_float(reward_scale), net=net,
         volt_sens_p=as_float(sens_p), volt_sens_q=as_float(sens_q),
         time_features=as_float(time_features(max_steps, delta_t_hours)),
         forecast=as_float(forecast_features(np.stack([load_p.sum(-1) / max(case.bus[:, PD].sum(), 1e-9), pv.mean(-1)], axis=-1),
@@ -401,7 +348,7 @@ def with_initial_states(env: DistGridEnv, params):
     """Cache each day's state before its first step: the power flow of its first interval with no
     control (all-zero action), solved with extra sweeps. Sets `params.init` and `params.init_obs`."""
     neutral = jnp.zeros(env.action_space(params).shape)
-    solve = params.replace(sweeps=max(params.sweeps, 60), volt_rounds=0)
+    solve = params.replace(sweeps=max(params.sweeps, 60))
 
     def one_day(day):
         flat = env.start_state(day, params)

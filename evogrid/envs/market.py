@@ -24,6 +24,7 @@ from evogrid.case import Case, load_case
 from evogrid.case.matpower import PD, PMAX
 from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
 from evogrid.envs.profiles import (
+    FORECAST_ERROR,
     bus_load_days,
     check_days,
     forecast_features,
@@ -166,7 +167,7 @@ class MarketMARLEnv:
 def make_market_params(case: Case | str = "5", max_steps: int = 48, delta_t_hours: float = 0.5, *, companies=None,
                        segments: int = 3, markup_max: float = 1.0, clearing: str = "dcopf", voll: float = 1000.0,
                        n_days: int | None = None, seed: int = 0, split: str = "all", profiles: str = "synthetic", load_scale: float = 1.0, opf_iters: int = 50,
-                       reward_scale: float = 1e-3, forecast_steps: int = 0, forecast_error: float = 0.02) -> MarketParams:
+                       reward_scale: float = 1e-3, forecast_steps: int = 0, forecast_error: float = FORECAST_ERROR) -> MarketParams:
     """Parameters of `GenCoMarketEnv`. `companies`: tuples of unit indices (0-based, case order), one
     per company; default one company per unit. `clearing`: "dcopf" or "merit". Demand days
     (`profiles`, `n_days`, `split`) and forecasts of the total demand as in `make_trans_params`, times `load_scale`."""

@@ -1,32 +1,20 @@
 """TSO task: transmission dispatch on a MATPOWER case (PowerZooJax `TransGridEnv`).
 
-Each step the agent sets every generating unit's set-point for the next interval
-of `delta_t_hours`; actions in [-1, 1] map linearly onto the unit's ramp window,
-the outputs within [Pmin, Pmax] and within a ramp of its last output
-(`ramp_window`; -1 the lowest, 1 the highest, `dispatch_action` the inverse), so
-every action is a different set-point and none breaks a unit's own limits. (Mapped
-onto [Pmin, Pmax] and then clipped, a unit ramping 1.5% of Pmax a step reached its
-whole window with 1.5% of the action range and every action outside it gave the
-same output: evolution strategies saw flat fitness. On the window, the bench's
-Open_ES gap to the oracle fell from 10.8% to 4.5% on tso-case5 and from 3.2% to
-0.7% on tso-case14.) The load the set-points
-miss is shared by every unit in proportion to its remaining room within its
-output and ramp limits in the direction needed (automatic generation control,
-`_follow_load`); what that room cannot cover falls on the slack unit (the first
-in-service unit at the reference bus), as on the power flow's slack bus, and is
-seen in the `balance` and `ramp` channels. A schedule that meets the load is
-taken as it is.
+Each step the agent sets every generating unit's set-point for the next interval of `delta_t_hours`;
+actions in [-1, 1] map linearly onto the unit's ramp window, the outputs within [Pmin, Pmax] and within
+a ramp of its last output (`ramp_window`; -1 the lowest, 1 the highest, `dispatch_action` the inverse),
+so every action is a different set-point and none breaks a unit's own limits. The load the set-points
+miss is shared by every unit in proportion to its room within its output and ramp limits in the
+direction needed (automatic generation control, `follow_load`); what that room cannot cover falls on
+the slack unit (the first in-service unit at the reference bus), as on the power flow's slack bus, and
+is seen in the `balance` and `ramp` channels. Nothing in the step chooses or corrects the policy's
+set-points: the security redispatch that an operator runs after a scheduler is a controller, in
+`evogrid.safety` (`RedispatchLayer`), fed by the observation only. `info["dispatch_mw"]` is the dispatch
+the step applied (every unit, the slack's output from the balance).
 
-Security redispatch (DC mode, on by default: `secure_iters`, `secure_redispatch`): a
-schedule that would overload a line is moved, as a system operator redispatches, by about
-the least (Gauss-Newton least-norm steps on the flows' sensitivities) to one within the
-line ratings, the units' ramp windows and the balance. A policy then proposes a schedule
-and the grid stays within its ratings wherever its windows allow; what cannot be met (the
-units were left where their ramps cannot reach a secure dispatch) is still seen in the
-`thermal` channel. Measured with the bench's budgets (Open_ES, 3 seeds): the tso-case5 gap
-to the oracle 4.5% -> 3.4%, tso-case14 0.72% -> 0.21% with 93% of the solvable test days
-feasible (was 89%); PPO on tso-case14 33.9% -> 6.6%, 42% -> 96% feasible. It costs about 30x
-the env's own step (benchmarks/env_throughput.py); `secure_iters=0` gives the raw schedule.
+Observation: the interval's bus loads, the units' last outputs, the line loadings, time of day and a
+noisy forecast of the next `forecast_steps` intervals' total load (FORECAST_STEPS by default: what the
+safety layer's look-ahead and a learned policy plan on), and with outage events each line's status.
 Physics per step:
 
 * DC mode (default): DC power flow through a PTDF built once at set-up.
@@ -72,7 +60,6 @@ the grid as it is.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -83,6 +70,7 @@ from evogrid.case import Case, load_case
 from evogrid.case.matpower import GS, PD, PG, PMAX, PMIN, QD, QG, QMAX, QMIN, RAMP_30, VG, VMAX, VMIN
 from evogrid.envs.environment import Environment, EnvParams, EnvState, money_unit, sanitize_action
 from evogrid.envs.profiles import (
+    FORECAST_ERROR,
     bus_load_days,
     check_days,
     forecast_features,
@@ -111,25 +99,11 @@ from evogrid.physics import (
     newton_raphson_q_limits,
     outage_flows,
 )
-from evogrid.utils.jax_utils import held_least_norm_step, held_projection_step
 
 SLOW_RAMP, FAST_RAMP = 0.03, 0.5  # share of Pmax per hour: the cheaper half of the fleet, the rest (merit_ramp_rates)
 N1_RATING = 1.25      # post-contingency limit: this times the line rating (a short-term emergency rating)
-# security redispatch (`secure_redispatch`), DC mode
-SECURE_ITERS = 8       # Gauss-Newton steps per env step
-SECURE_LINES = 3       # lines handled together in a step (the worst three; a 4x4 system with the balance)
-SECURE_MARGIN = 3e-3   # aim this share below each rating: float rounding and a least-squares compromise
-                       # between rows at their limits (more rows than free units) stay within it
-SECURE_BAND = 1e-3     # lines within this share of their rating stay at it (not pushed back over)
-WINDOW_MARGIN = 1e-4   # and this share of the slack unit's window inside its ends (its output is rounded)
-SECURE_DAMPING = 1e-6  # Levenberg-Marquardt damping, relative to the system's mean diagonal
 ROUNDOFF_ULPS = 4      # the balance and ramp channels ignore the slack's excess below this many ulps of the demand
-LOOKAHEAD_STEPS = 8    # the redispatch keeps the next this many intervals' loads within the units' ramps' reach
-PLAN_ITERS = 8         # Gauss-Newton steps of the peak plan (before the SECURE_ITERS of the interval alone)
-SECURE_ROWS_PEAK = 6   # rows handled together with the look-ahead's peak plan (its lines and ramps too)
-PLAN_SWEEPS = 12       # with the plan, each step's rows are inequalities: Hildreth passes per solve
-PLAN_MARGIN = 1e-4     # and this interval's lines are aimed this share inside (the rows met exactly, not in least squares)
-PEAK_PLAN_UNITS = 10   # peak_plan's default: on for grids of at most this many units (its cost grows with them)
+FORECAST_STEPS = 8     # intervals of load forecast in the observation by default (4 h at 30 min)
 RATING_MARGIN = 1.13   # derived ratings: this times the economic-dispatch flow at the case's own loads (see
                        # `derived_ratings` for why 1.13)
 
@@ -167,6 +141,7 @@ class TransParams(EnvParams):
     init: TransState = None        # [n_days] cached start-of-day states (see make_trans_params)
     init_obs: jnp.ndarray = None   # [n_days, obs_dim] their observations
     inv_pmax: jnp.ndarray = None   # [n_units] 1 / Pmax (observation scaling)
+    pd_total: jnp.ndarray = None   # MW, the case's total load: the unit of the load forecast
     inv_rate: jnp.ndarray = None   # [n_branch] 1 / RATE_A, or 1 / baseMVA for unlimited branches
     outage_schedule: jnp.ndarray = None  # [n_days, max_steps, k] int32 branches out of service, -1 = none
     outages: OutageModel | None = None   # LODF model (outage events or N-1 screening only)
@@ -174,13 +149,9 @@ class TransParams(EnvParams):
     n1_rate: jnp.ndarray | None = None   # [n_branch] MW post-contingency limit
     q_min: jnp.ndarray | None = None     # [n_bus] MVAr units' summed reactive limits (enforce_q_limits)
     q_max: jnp.ndarray | None = None
-    gen_ptdf: jnp.ndarray | None = None  # [n_branch, n_units] MW of flow per MW of each unit's output (slack balancing)
     base_mva: float = struct.field(pytree_node=False, default=100.0)
     ac: bool = struct.field(pytree_node=False, default=False)
     ac_iters: int = struct.field(pytree_node=False, default=10)
-    secure_iters: int = struct.field(pytree_node=False, default=0)  # security redispatch steps (0: off)
-    lookahead: int = struct.field(pytree_node=False, default=0)  # intervals whose loads the redispatch keeps in reach
-    peak_plan: bool = struct.field(pytree_node=False, default=False)  # the redispatch plans the look-ahead's peak too
 
 
 class TransGridEnv(Environment):
@@ -199,24 +170,11 @@ class TransGridEnv(Environment):
         load_q = params.load_q[state.day, t]
         lo, hi = ramp_window(state.pg, params)
         demand = jnp.sum(load_p) + params.dc.gs_total
-        pg = _follow_load(lo + 0.5 * (action + 1.0) * (hi - lo), lo, hi, demand)
+        pg = follow_load(lo + 0.5 * (action + 1.0) * (hi - lo), lo, hi, demand)
         out = params.outage_schedule[state.day, t]
         rate = params.rate
         if params.n1_rate is not None and out.shape[0]:  # a trip this step: flows within emergency ratings
             rate = jnp.where(_new_outage(params.outage_schedule, state.day, t), params.n1_rate, rate)
-        if params.secure_iters:
-            sens = params.gen_ptdf
-            if out.shape[0]:  # the outaged grid's sensitivities: the same low-rank update as its flows
-                sens = jax.vmap(lambda col: outage_flows(params.outages, col, out)[0], 1, 1)(sens)
-            flow = _dc_flows(pg, load_p, params, out)[0]
-            ahead = peak = None
-            if params.lookahead:   # the loads of the next intervals of the day (the operator's forecast)
-                steps = t + 1 + jnp.arange(params.lookahead)
-                future = jnp.sum(params.load_p[state.day, jnp.minimum(steps, params.max_steps - 1)], -1) + params.dc.gs_total
-                future = jnp.where(steps < params.max_steps, future, jnp.nan)
-                ahead = (future, params.pmin, params.pmax, params.ramp)
-                peak = _peak_plan(pg, state.day, steps, future, params, out) if params.peak_plan else None
-            pg = secure_redispatch(pg, lo, hi, demand, flow, sens, rate, params.secure_iters, ahead, params.slack, peak)
         pg, flow, vm, va, extra = _solve(pg, load_p, load_q, state, params, out)
 
         # every unit, the slack included, is charged its cost curve at its actual output, also outside
@@ -248,6 +206,7 @@ class TransGridEnv(Environment):
         new_state = TransState(time_step=next_t, day=state.day, pg=pg, flow=flow, vm=vm, va=va)
         done = next_t >= params.max_steps
         info = {
+            "dispatch_mw": pg,   # [n_units] the dispatch applied (the slack's from the balance)
             "gen_cost": gen_cost,
             "slack_mw": ps,
             "losses_mw": jnp.sum(pg) - jnp.sum(load_p),
@@ -303,6 +262,33 @@ class TransGridEnv(Environment):
                 + (("n1_thermal",) if params.contingencies is not None else ()))
 
 
+def observation_layout(params: TransParams) -> tuple[int, bool]:
+    """(forecast entries F, whether each line's status follows) of the task's observations (`_obs`)."""
+    return params.forecast.shape[-1], bool(params.outage_schedule.shape[-1])
+
+
+def read_observation(obs, params: TransParams, layout: tuple[int, bool]) -> dict:
+    """The parts of an observation a controller reads: load_mw [n_bus] of the interval to dispatch, last_pg
+    [n_units] MW, t (the interval's index, float), forecast_mw [F] (total load of the next F intervals, the
+    case's shunts excluded) and line_out [n_branch] bool (out of service in the interval just past; all
+    False without outage events). `layout` from `observation_layout`. Reads `params` only for sizes and
+    fixed scales (no time series), so a safety layer may call it with its grid-only params."""
+    n_forecast, status = layout
+    n_bus, n_units, n_line = params.dc.ptdf.shape[1], params.pmax.shape[0], params.rate.shape[0]
+    tail = n_bus + n_units + n_line + 3   # after the time of day (sin, cos, progress): the forecast, the status
+    line_out = obs[tail + n_forecast:tail + n_forecast + n_line] < 0.5 if status else jnp.zeros(n_line, bool)
+    return {"load_mw": obs[:n_bus] * params.base_mva, "last_pg": obs[n_bus:n_bus + n_units] / params.inv_pmax,
+            "t": jnp.round(obs[tail - 1] * params.max_steps), "forecast_mw": obs[tail:tail + n_forecast] * params.pd_total,
+            "line_out": line_out}
+
+
+def forecast_bus_loads(load_mw, forecast_mw):
+    """[F, n_bus] MW: the bus loads of the forecast intervals, today's pattern `load_mw` [n_bus] scaled to each
+    forecast total `forecast_mw` [F] (the observation forecasts the total only)."""
+    scale = forecast_mw / jnp.maximum(jnp.sum(load_mw), jnp.finfo(load_mw.dtype).tiny)
+    return load_mw[None, :] * scale[:, None]
+
+
 def _new_outage(schedule, day, t):
     """Whether step t of `day` brings an outage not in force at step t-1 (a trip; step 0: any outage)."""
     out, before = schedule[day, t], schedule[day, jnp.maximum(t - 1, 0)]
@@ -329,7 +315,7 @@ def dispatch_action(params: TransParams, pg, prev):
     return jnp.clip(jnp.where(span > 0, a, 0.0), -1.0, 1.0)
 
 
-def _follow_load(pg, lo, hi, demand):
+def follow_load(pg, lo, hi, demand):
     """Automatic generation control: the demand the set-points `pg` miss is shared by every unit (the slack
     too) in proportion to its room within [lo, hi] (output and ramp limits) in the direction needed; what
     that room cannot cover is left to the slack (`_solve`), where the `balance` and `ramp` channels see it."""
@@ -347,215 +333,6 @@ def _dc_flows(pg, load_p, params: TransParams, out):
     ps = p_ref - jnp.sum(p_bus * params.dc.ref_mask)
     post, islanded = (outage_flows(params.outages, flow, out) if out.shape[0] else (flow, jnp.asarray(False)))
     return post, ps, islanded
-
-
-def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=None, slack=1.0, peak=None):
-    """Security redispatch: move the balanced dispatch `pg` by about the least to bring the DC flows within
-    `rate`, every unit kept within its window [lo, hi] and the total at `demand`, as a system operator
-    redispatches a schedule that would overload a line. `flow` [n_branch] is the dispatch's flow, `sens`
-    [n_branch, n_units] the flows' sensitivity to each unit's output (the flows are affine in the dispatch);
-    at most `iters` Gauss-Newton steps (static; they stop once no row is over, with the same result). A
-    dispatch within the ratings is returned as it is; where no dispatch within the windows meets the
-    ratings (the units were left where the ramps cannot reach one), or `iters` is too few, what is left
-    is seen in the `thermal` channel.
-
-    Look-ahead (`ahead` = (future demand [K] MW, NaN past the day's end; pmin, pmax, ramp per step)): the
-    dispatch is also kept where the units' ramps can reach the next K intervals' demand: for each k,
-    sum max(pmin, pg - k ramp) <= demand[k] <= sum min(pmax, pg + k ramp), as a look-ahead dispatch keeps
-    ramp capability (a policy that loads the slow cheap units to the evening peak leaves the system unable
-    to follow the evening's drop: the slack was pushed below its minimum, the `balance` channel). The
-    furthest out of these 2K conditions is one more candidate row, its excess in MW like a line's, aimed
-    SECURE_MARGIN x the demand inside. A dispatch that breaks no rating and keeps every future demand in
-    reach is returned as it is.
-
-    Peak plan (`peak`, from `_peak_plan`; `make_trans_params(peak_plan=...)`, by default on for grids of at
-    most PEAK_PLAN_UNITS units): the look-ahead's interval of highest demand, k intervals on. The total's
-    reach is not enough where lines bind at the peak: on tso-case14's test day 13 trained policies left the
-    system two intervals before its 291 MW evening peak where the peak had no secure dispatch within k ramps
-    of theirs (HiGHS: the slack unit ramps 5 MW a step, the unit at bus 3 1.5 MW, four lines bind), and a
-    line was overloaded there. The plan first moves [pg | x] together for PLAN_ITERS steps, x a plan of the
-    peak's dispatch: x's lines within the ratings (the same aim), |x - pg| <= k ramp per unit, x within
-    [pmin, pmax] and at the peak's demand (a second balance row), SECURE_ROWS_PEAK rows a step; pg moves
-    only where a ramp row binds (the peak's lines' rows involve x alone). Then the `iters` steps of this
-    interval's own rows alone, so the plan never leaves this interval over a rating. The plan is a
-    relaxation of the multi-period dispatch: the intervals between are not planned, each is secured when
-    it comes. With the plan every row is an inequality (`held_projection_step`, PLAN_SWEEPS Hildreth
-    passes): a line below its aim may stay below it, so at the peak, where four lines and the slack's
-    window bind with five units, every row can be met where a dispatch meets them; the least-squares
-    (equality) step left a line 0.002 MW over there, and, so met, this interval's lines are aimed only
-    PLAN_MARGIN inside (from that state no dispatch had 0.3% to spare: HiGHS, 0.08%). Measured on
-    tso-case14 (`evogrid bench`, 3 seeds): with the equality step Open_ES was feasible on every test day
-    in 2 of 3 seeds (1 of 3 without the plan), Sep_CMA_ES 3 of 3 (0 of 3); one Open_ES policy's test days
-    evaluated with each step: 16 of 16 feasible with the inequality step, 15 with the equality step, 12 with
-    an active set instead (one pass dropping the rows of wrong-sign multiplier, then an equality solve);
-    see the README's Results for the bench with this step. Cost: 2-3x the env step (256 envs x 48
-    random steps, side by side, both stopping once secure: tso-case5 285k against 812k env-steps/s,
-    tso-case14 105k against 242k; before the early stop 18.0k against 97.7k, 16.9k against 50.3k); on
-    tso-case118's 54 units it is off by default (before the early stop and the inequality step already
-    6.0k against 22.1k, and its bench rows take most of the table's time), and with line
-    outages (the -n1 tasks) too: it plans the peak on today's grid, which a trip changes. It can move a
-    schedule that is secure now but leaves the peak less than SECURE_MARGIN inside the ratings: the DC-OPF
-    oracle's, which runs its lines at their ratings, replays 0.3% dearer with it on tso-case5 (still
-    within every limit; tests/test_baselines.py).
-
-    Each step takes the SECURE_LINES rows furthest over (or at) their limit, lines or the reach, and the
-    balance, and moves the units by the least-norm change that puts those at their limit less SECURE_MARGIN
-    and keeps the total: d = -J^T (J J^T + damping)^-1 r, J their gradients and a row of ones, over the
-    units free to move (a unit at a window end that d would push out is held there and d solved again);
-    then clips to the windows and rebalances as the automatic generation control does (`_follow_load`).
-    Only the slack keeps a hair inside its window (`slack`); the others may use all of theirs. On
-    tso-case14's evening peaks three or four lines reach their ratings together with a slow unit at its
-    window's end: two rows at a time cycled and left 0.08 MW over a rating where a secure dispatch was in
-    reach (HiGHS found one with 1% to spare; measured on trained policies' test days, tests/test_envs.py);
-    with three rows, more than the free units, the least-squares step settles a hair from the aim, and
-    SECURE_MARGIN keeps that inside the ratings (0.1% left 0.01 MW over in one such state, 1% 0.7 MW in
-    another: the aim moves which lines bind; 0.3% secured both, measured).
-    The system is 4x4, solved by an unrolled elimination (`held_least_norm_step`, `spd_solve`): a batched
-    LAPACK call per env would not vectorise, and its Gram product is an elementwise sum (XLA's CPU batched
-    [m, n] @ [n, m] product is 20x slower from m = 4, measured).
-    Checked against scipy's trust-constr projection in tests/test_envs.py; cost measured in
-    benchmarks/env_throughput.py (the tso rows as made against the "raw" ones)."""
-    return _redispatch_until_secure(iters, pg, lo, hi, demand, flow, sens, rate, ahead, slack, peak)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _redispatch_until_secure(iters, *args):
-    """`_redispatch` stopping once no row is over: the same dispatch, and differentiable (the JVP below)."""
-    return _redispatch(iters, True, *args)
-
-
-@_redispatch_until_secure.defjvp
-def _redispatch_until_secure_jvp(iters, primals, tangents):
-    # reverse mode cannot go through a while_loop: the derivative is that of the fixed count of steps, whose
-    # result is the same dispatch (a dispatch with no row over is a fixed point of the steps)
-    return jax.jvp(lambda *a: _redispatch(iters, False, *a), primals, tangents)
-
-
-def _redispatch(iters: int, early: bool, pg, lo, hi, demand, flow, sens, rate, ahead, slack, peak):
-    """`secure_redispatch`'s steps; `early`: a while_loop that stops once no row is over (see until_secure)."""
-    # a hair inside the slack's window (`slack`: 1 for it, 0 for the others; default every unit's): its output
-    # is recomputed from the balance, and float rounding at the very edge would read as a ramp or balance
-    # violation; the others may go to their ends (a secure dispatch can need a slow unit at its ramp limit)
-    inner = WINDOW_MARGIN * (hi - lo) * slack
-    lo, hi = lo + inner, hi - inner
-    if ahead is not None:   # the reach with the ramps these windows leave (the slack's, less its margin)
-        future, pmin, pmax, ramp = ahead
-        ahead = (future, pmin, pmax, ramp * (1.0 - 2.0 * WINDOW_MARGIN * slack))
-    n, n_line = pg.shape[0], rate.shape[0]
-    k = min(SECURE_LINES, n_line + (ahead is not None))
-    f0, pg0 = flow, pg
-    target = rate * (1.0 - SECURE_MARGIN)
-    if peak is not None:   # the plan's constants: its variables' windows, its ramp rows, its row count
-        fx0, x0, peak_demand, reach, valid = peak
-        lo_z, hi_z = jnp.concatenate([lo, pmin]), jnp.concatenate([hi, pmax])
-        eye = jnp.eye(n, dtype=pg.dtype)
-        ramp_rows = jnp.concatenate([jnp.concatenate([-eye, eye], 1), jnp.concatenate([eye, -eye], 1)])
-        k_plan = min(SECURE_ROWS_PEAK, 2 * n_line + 2 * n + 1)
-
-    def flows(z, plan: bool):   # the lines' flows at z's pg (and at its plan x): affine in the dispatch
-        return (f0 + sens @ (z[:n] - pg0),) + ((fx0 + sens @ (z[n:] - x0),) if plan else ())
-
-    def measure(z, fz, plan: bool, target):
-        """The candidate rows at z (flows fz): excess over the aim, the aim, the gradients, whether any is over."""
-        pg, f = z[:n], fz[0]
-        resid, aim = jnp.abs(f) - target, target
-        rows = jnp.sign(f)[:, None] * sens   # [n_line, n_units] d|f|/d output
-        # within the ratings (to 1e-9, round-off of a schedule at its limits; float32 sees the rating itself)
-        short = jnp.any(jnp.abs(f) > rate * (1.0 + 1e-9))
-        if ahead is not None:   # the reach: one more candidate, after the lines
-            reach_row, gap, scale = _reach_row(pg, *ahead)
-            resid = jnp.concatenate([resid, (gap + SECURE_MARGIN * scale)[None]])
-            aim = jnp.concatenate([aim, scale[None]])
-            rows = jnp.concatenate([rows, reach_row[None]])
-            short = short | (gap > 0)
-        if plan:   # the peak's lines at x, and x within the ramps' reach of pg: |x - pg| <= reach
-            x, fx = z[n:], fz[1]
-            cap, step_ = reach * (1.0 - SECURE_MARGIN), x - pg
-            later = jnp.concatenate([jnp.abs(fx) - target, step_ - cap, -step_ - cap])
-            resid = jnp.concatenate([resid, jnp.where(valid, later, -jnp.inf)])
-            aim = jnp.concatenate([aim, target, cap, cap])
-            rows = jnp.concatenate([jnp.concatenate([rows, jnp.zeros_like(rows)], 1),
-                                    jnp.concatenate([jnp.zeros_like(sens), jnp.sign(fx)[:, None] * sens], 1), ramp_rows])
-            short = short | (valid & (jnp.any(jnp.abs(fx) > rate * (1.0 + 1e-9))
-                                      | jnp.any(jnp.abs(step_) > reach * (1.0 + 1e-9))))
-        return resid, aim, rows, short
-
-    def step(z, plan: bool, measured):
-        resid, aim, rows, _ = measured
-        pg, x = z[:n], z[n:]
-        worst, idx = jax.lax.top_k(resid, k_plan if plan else k)
-        if peak is None:
-            active = worst > -SECURE_BAND * aim[idx]   # over, or at the limit (kept there, not pushed back over)
-        else:   # inequalities: every row taken, those inside may stay inside
-            active = jnp.isfinite(worst)
-        balance = jnp.ones((1, n), pg.dtype)       # the balance row(s): the total of pg (and of x) kept
-        if plan:
-            balance = jnp.kron(jnp.eye(2, dtype=pg.dtype), balance)
-        r = jnp.concatenate([-jnp.where(active, worst, 0.0), jnp.zeros(balance.shape[0], pg.dtype)])
-        jac = jnp.concatenate([jnp.where(active[:, None], rows[idx], 0.0), balance])
-        # units d pushes out of their window stay
-        if peak is None:
-            d = held_least_norm_step(jac, r, z, lo, hi, jnp.ones(z.shape, bool), 1.0, SECURE_DAMPING)
-        else:
-            d = held_projection_step(jac, r, balance.shape[0], z, *((lo_z, hi_z) if plan else (lo, hi)),
-                                     SECURE_DAMPING, PLAN_SWEEPS)
-        moved = _follow_load(jnp.clip(pg + d[:n], lo, hi), lo, hi, demand)
-        if plan:
-            moved = jnp.concatenate([moved, _follow_load(jnp.clip(x + d[n:], pmin, pmax), pmin, pmax, peak_demand)])
-        return moved
-
-    def until_secure(z, plan: bool, steps: int, target=target):
-        # a dispatch with no row over is a fixed point of the steps. With `early` the loop stops there (exactly
-        # the same result), a batch (vmap) once every env's is: most env steps need none or a few of the steps
-        # (random actions, 256 envs: tso-case5 5x and, with the peak plan, 6x as many env-steps/s; Open_ES
-        # generations on tso-case5 7x, tso-case14-n1 1.6x as fast). On tso-case118 some env of a batch is over a
-        # rating at nearly every step: its Open_ES generations take as long, random actions 20% longer (the
-        # batched loop's selects). The flows are carried: a batched loop evaluates `more` twice a step, and the
-        # rows are not needed there.
-        def more(c):
-            return (c[0] < steps) & measure(*c[1:], plan, target)[3]
-
-        def body(c):
-            measured = measure(*c[1:], plan, target)
-            z = jnp.where(measured[3], step(c[1], plan, measured), c[1])
-            return c[0] + 1, z, flows(z, plan)
-
-        c = (0, z, flows(z, plan))
-        c = jax.lax.while_loop(more, body, c) if early else jax.lax.fori_loop(0, steps, lambda _, c: body(c), c)
-        return c[1]
-
-    if peak is None:
-        return until_secure(pg, False, iters)
-    # the plan first; then this interval's own rows have the last word
-    pg = until_secure(jnp.concatenate([pg, x0]), True, PLAN_ITERS)[:n]
-    return until_secure(pg, False, iters, rate * (1.0 - PLAN_MARGIN))
-
-
-def _peak_plan(pg, day, steps, future, params: TransParams, out):
-    """The look-ahead's peak interval for `secure_redispatch`: of the next intervals (`steps`, their demand
-    `future`, NaN past the day's end), the one of highest demand, k intervals on, and a start for its plan x:
-    the dispatch `pg` carried there within the ramps' reach (k ramps) and balanced at its demand
-    (`_follow_load`). Returns (x's DC flows at that interval's loads, x, its demand, the reach k ramp [n_units],
-    whether there is such an interval)."""
-    i = jnp.argmax(jnp.where(jnp.isnan(future), -jnp.inf, future))
-    reach = (i + 1).astype(pg.dtype) * params.ramp
-    demand = jnp.nan_to_num(future[i])
-    x0 = _follow_load(pg, jnp.maximum(params.pmin, pg - reach), jnp.minimum(params.pmax, pg + reach), demand)
-    load = params.load_p[day, jnp.minimum(steps[i], params.max_steps - 1)]
-    return _dc_flows(x0, load, params, out)[0], x0, demand, reach, ~jnp.isnan(future[i])
-
-
-def _reach_row(pg, future, pmin, pmax, ramp):
-    """The look-ahead row of `secure_redispatch`: of the 2K reach conditions (k = 1..K, the lowest and the
-    highest total output k intervals on, against future[k - 1]), the one furthest out: (its gradient in the
-    dispatch [n_units], its excess MW (> 0: out of reach; -inf: no future within the day), its demand MW)."""
-    k = jnp.arange(1, future.shape[0] + 1, dtype=pg.dtype)[:, None]
-    low, high = pg - k * ramp, pg + k * ramp                         # [K, n_units]
-    gaps = jnp.concatenate([jnp.sum(jnp.maximum(pmin, low), 1) - future, future - jnp.sum(jnp.minimum(pmax, high), 1)])
-    grads = jnp.concatenate([(low > pmin).astype(pg.dtype), -(high < pmax).astype(pg.dtype)])
-    gaps = jnp.where(jnp.isnan(gaps), -jnp.inf, gaps)              # intervals past the day's end never bind
-    i = jnp.argmax(gaps)
-    return grads[i], gaps[i], jnp.abs(jnp.nan_to_num(future[i % future.shape[0]]))
 
 
 def _solve(pg, load_p, load_q, state, params: TransParams, out):
@@ -595,8 +372,8 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
                       ratings: str = "auto", rating_margin: float = RATING_MARGIN, load_p=None, load_q=None,
                       n1: bool = False, n1_rating: float = N1_RATING, n1_contingencies=None, outages_per_day: float = 0.0,
                       outage_steps: int = 4, max_outages: int = 1, outage_schedule=None,
-                      forecast_steps: int = 0, forecast_error: float = 0.02, voltage_setpoints: str = "band",
-                      secure_iters: int | None = None, lookahead: int | None = None, peak_plan: bool | None = None) -> TransParams:
+                      forecast_steps: int = FORECAST_STEPS, forecast_error: float = FORECAST_ERROR,
+                      voltage_setpoints: str = "band") -> TransParams:
     """Parameters of `TransGridEnv` for a case.
 
     Loads (`profiles`): "synthetic", `n_days` (default 64) seeded days ([n_days, max_steps, n_bus]:
@@ -624,17 +401,9 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     `outage_steps` steps long, at most `max_outages` at once (later ones are dropped); or pass
     `outage_schedule` [n_days, max_steps, k] of branch indices (-1 = none), drawn before the `split`.
 
-    Security redispatch: `secure_iters` Gauss-Newton steps per env step (default SECURE_ITERS in DC mode;
-    0 turns it off, and AC mode has none: it works on the DC flows), see `secure_redispatch`; with it the
-    dispatch keeps the next `lookahead` intervals' loads within the ramps' reach (default LOOKAHEAD_STEPS
-    with the redispatch, 0 without; the operator's forecast is the day's load itself); `peak_plan` also
-    keeps the look-ahead's peak interval within the ratings in the ramps' reach, the step's rows solved as
-    inequalities (default None: on with the look-ahead for grids of at most PEAK_PLAN_UNITS units, every
-    shipped transmission case but case118, where it would cost most, and without line outages, whose
-    trips change the grid the plan assumes at the peak; see `secure_redispatch`).
-
-    Forecasts: `forecast_steps` > 0 appends to the observation a noisy forecast of the next
-    `forecast_steps` intervals' total load (share of the case's total Pd) (`profiles.forecast_features`: error `forecast_error` x sqrt(lead)).
+    Forecasts: the observation carries a noisy forecast of the next `forecast_steps` intervals' total load
+    (share of the case's total Pd; default FORECAST_STEPS, 0 for none) with error `forecast_error` x
+    sqrt(lead) (`profiles.forecast_features`, FORECAST_ERROR by default).
 
     `init` caches, per day, the start-of-day state (the economic dispatch of the first interval's
     load and its power flow), so `reset` costs an index instead of a power flow. It is derived from
@@ -652,21 +421,7 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     if ac and voltage_setpoints == "band":
         case = setpoints_in_band(case)
     ac_iters = ac_iters or {"chord": 30, "newton": 10}[ac_method]  # maxima: the solver stops when converged
-    secure_iters = (0 if ac else SECURE_ITERS) if secure_iters is None else secure_iters
-    if not isinstance(secure_iters, (int, np.integer)) or secure_iters < 0 or (ac and secure_iters):
-        raise ValueError(f"secure_iters must be an integer >= 0 (0 in AC mode: the redispatch uses the DC flows), "
-                         f"got {secure_iters!r}")
-    lookahead = (LOOKAHEAD_STEPS if secure_iters else 0) if lookahead is None else lookahead
-    if not isinstance(lookahead, (int, np.integer)) or lookahead < 0 or (lookahead and not secure_iters):
-        raise ValueError(f"lookahead must be an integer >= 0 (0 without the security redispatch, secure_iters=0, "
-                         f"which applies it), got {lookahead!r}")
     security = n1 or outages_per_day or outage_schedule is not None
-    if peak_plan is None:   # by default where it is cheap enough and the grid at the peak is today's (see `secure_redispatch`)
-        peak_plan = bool(lookahead) and case.n_units <= PEAK_PLAN_UNITS and not security
-    if not isinstance(peak_plan, (bool, np.bool_)) or (peak_plan and not lookahead):
-        raise ValueError(f"peak_plan must be True, False or None (the default: on for grids of at most "
-                         f"{PEAK_PLAN_UNITS} units), and True needs the look-ahead (lookahead > 0, with the security "
-                         f"redispatch), got peak_plan={peak_plan!r} with lookahead={lookahead!r}")
     check_days(max_steps, delta_t_hours, n_days)
     if ratings not in ("auto", "case", "derived"):
         raise ValueError(f"ratings must be 'auto', 'case' or 'derived', got {ratings!r}")
@@ -716,7 +471,6 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     rate = derived_ratings(case, rating_margin) if derive else case.rate_a
     params = TransParams(
         max_steps=max_steps, delta_t_hours=delta_t_hours, base_mva=case.base_mva, ac=ac, ac_iters=ac_iters,
-        secure_iters=int(secure_iters), lookahead=int(lookahead), peak_plan=bool(peak_plan),
         load_p=as_float(load_p), load_q=as_float(load_q),
         pmin=as_float(gen[:, PMIN]), pmax=as_float(gen[:, PMAX]), ramp=as_float(ramp), qg=as_float(gen[:, QG]),
         rate=as_float(rate), vmin=as_float(case.bus[:, VMIN]), vmax=as_float(case.bus[:, VMAX]),
@@ -731,7 +485,7 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     if ac and ac_method == "chord":
         params = params.replace(ac_jinv=_base_case_jacobian_inverse(case, params.acn))
     params = params.replace(
-        inv_pmax=as_float(1.0 / np.maximum(gen[:, PMAX], 1e-6)),
+        inv_pmax=as_float(1.0 / np.maximum(gen[:, PMAX], 1e-6)), pd_total=as_float(max(case.bus[:, PD].sum(), 1e-9)),
         inv_rate=as_float(np.where(np.isfinite(rate), 1.0 / rate, 1.0 / case.base_mva)),
         time_features=as_float(time_features(max_steps, delta_t_hours)),
         forecast=as_float(forecast_features(load_p.sum(-1, keepdims=True) / max(case.bus[:, PD].sum(), 1e-9), *source,
@@ -741,11 +495,6 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         n1_rate=None if contingencies is None else as_float(
             np.maximum(rate, derived_n1_ratings(case, model, contingencies, rating_margin)) if derive else n1_rating * rate),
     )
-    if secure_iters:  # column i: the flows when unit i injects 1 MW that the slack takes back (`_dc_flows`'
-        # Jacobian, written out: a jacfwd at set-up costs 0.25-0.5 s a make; tests/test_envs.py compares the two)
-        gen_ptdf = np.asarray(params.dc.ptdf) @ (np.eye(case.n_bus)[case.gen_bus] * (1.0 - slack)[:, None]
-                                                  * (1.0 - np.asarray(params.dc.ref_mask))[None, :]).T
-        params = params.replace(gen_ptdf=as_float(gen_ptdf))
     init = _initial_states(params, _start_dispatch(case, load_p, float(case.bus[:, GS].sum())))
     return params.replace(init=init, init_obs=_day_obs(init, params))  # compiled: eager ops cost 0.8 s
 
@@ -792,7 +541,7 @@ def _outage_schedule(case, model, given, per_day, steps, max_out, n_days, max_st
 def merit_ramp_rates(case: Case) -> np.ndarray:
     """Ramp rates (share of Pmax per hour) for a case without ramp data: the cheaper half of the units, by
     marginal cost at the middle of their range, ramp at SLOW_RAMP (baseload), the others at FAST_RAMP. The
-    slack unit is ranked like the others (load following is shared by every unit, see `_follow_load`): on
+    slack unit is ranked like the others (load following is shared by every unit, see `follow_load`): on
     case14 it is the cheapest, so it is slow there. A schedule that sees the evening peak coming raises the
     slow cheap units early; a myopic one meets the peak with the fast dear ones (`evogrid baseline`: the
     myopic gap is 0.30% on case14, 0.27% on case118; with the slack fast, as before, 0.00% on case14)."""

@@ -86,8 +86,8 @@ def held_least_norm_step(a, r, x, lo, hi, free, weight, damping):
     """The least change d of x [n], weighted by `weight` (scalar or [n]), with a d = r (rows `a` [m, n], m
     small and static) over the `free` columns: d = W^-1 a' (a W^-1 a' + damping)^-1 r, `damping` relative
     to the mean diagonal (Levenberg-Marquardt); then solved again with the columns that d would push past
-    [lo, hi] at x held. The step of both operator corrections (`envs.trans.secure_redispatch`,
-    `envs.dist.voltage_correction`). The damping's floor (sqrt of the dtype's tiny) keeps a system with
+    [lo, hi] at x held. The step of both operator corrections (`safety.redispatch.secure_redispatch`,
+    `safety.voltage.voltage_correction`). The damping's floor (sqrt of the dtype's tiny) keeps a system with
     every column held finite (d = 0) where the tiny itself would overflow r / damping."""
     def solve(free):
         af = jnp.where(free[None, :], a, 0.0)

@@ -117,11 +117,18 @@ class Workflow:
     def __init__(self, config, env=None, env_params=None):
         """`env`/`env_params` default to the task's training days (`make(task, split="train")`); validation
         and test days are built from the task when first needed. With your own params, validation and
-        evaluation use them too."""
+        evaluation use them too. With the config's `safety` on (or "auto" on a task that has one) the
+        task's safety layer stands between every policy the workflow plays and the env (`evogrid.safety`);
+        `self.layer_on` says whether it does."""
+        from evogrid.safety import Shielded, shield
+
         self.config = config
         self._own_params = env is not None
         if env is None:
             env, env_params = make(config.task, split="train")
+        if not isinstance(env, Shielded):
+            env = shield(env, env_params, getattr(config, "safety", "off"))
+        self.layer_on = isinstance(env, Shielded)
         self.env, self.env_params = env, env_params
         self.obs_dim = env.observation_space(env_params).shape[0]
         self.act_dim = env.action_space(env_params).shape[0]

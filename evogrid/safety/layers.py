@@ -1,0 +1,249 @@
+"""Safety layers: controllers that correct a policy's action, reading the observation and nothing else.
+
+A layer is a pure function `layer(obs, action) -> (action, moved)` over arrays: jit, vmap and grad go
+through it. It holds a copy of the task's params with every time series removed (loads, PV, forecasts,
+outage schedules, start-of-day states: `_grid_only`), so the future is out of its reach by construction;
+what it knows of the present and of what comes is what the observation says (the interval's loads, the
+units' last outputs, the noisy forecast, the lines' status). `moved` is the energy the layer moved in
+the interval (MWh: the change in the units' outputs, or in shifted and curtailed load).
+
+* `RedispatchLayer` (tso tasks, DC): the operator's security redispatch after a scheduler
+  (`redispatch.secure_redispatch`): the policy's dispatch moved by about the least to one within the line
+  ratings and the ramp windows, keeping the forecast demand of the next intervals in the ramps' reach and,
+  on grids of at most PEAK_PLAN_UNITS units without line outages, planning the forecast peak (DC3's
+  "correction" and E2ELR's repair layer are the learned-policy analogues).
+* `VoltageLayer` (dso tasks): the DSO's voltage correction (`voltage.voltage_correction`): reactive power
+  first, then shifting and curtailment, to bring every bus within the voltage band, checked against the
+  sweep power flow after each round.
+
+`Shielded(env, layer)` composes a layer with whatever acts on the env: it is an `Environment` whose state
+carries the last observation beside the env's own, and whose step hands the layer that observation and
+the policy's action, then steps the env with the layer's action. Workflows and baselines compose with it
+(`make_layer`, the `safety` config field): one mechanism for every learned policy and baseline, and a
+gradient learner sees the layer as part of its environment (its own action is the raw one).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from evogrid.envs.dist import DistGridEnv, DistParams, decode_controls, encode_controls, feeder_flow
+from evogrid.envs.environment import Environment, sanitize_action
+from evogrid.envs.trans import (
+    TransGridEnv,
+    TransParams,
+    _dc_flows,
+    dispatch_action,
+    follow_load,
+    forecast_bus_loads,
+    ramp_window,
+    read_observation,
+)
+from evogrid.physics import outage_flows
+from evogrid.safety.redispatch import LOOKAHEAD_STEPS, PEAK_PLAN_UNITS, SECURE_ITERS, peak_plan, secure_redispatch
+from evogrid.safety.voltage import VOLT_ROUNDS, voltage_correction
+from evogrid.utils.jax_utils import tree_where
+
+SAFETY_CHOICES = ("auto", "on", "off")  # the `safety` config field: auto = on where the task has a layer
+_SERIES = ("load_p", "load_q", "pv_avail", "forecast", "init", "init_obs", "outage_schedule", "price")
+
+
+def _grid_only(params):
+    """`params` with every time series removed: what a layer may know of the task without an observation."""
+    return params.replace(**{k: None for k in _SERIES if hasattr(params, k)})
+
+
+@struct.dataclass
+class RedispatchLayer:
+    """The transmission security redispatch, fed by the observation (see the module docstring)."""
+
+    grid: TransParams            # the task's params less its time series
+    gen_ptdf: jnp.ndarray        # [n_branch, n_units] MW of flow per MW of each unit's output (the slack balancing)
+    forecast_steps: int = struct.field(pytree_node=False, default=0)   # F: forecast entries in the observation
+    outage_slots: int = struct.field(pytree_node=False, default=0)     # lines out at once the task can have (0: none)
+    iters: int = struct.field(pytree_node=False, default=SECURE_ITERS)
+    lookahead: int = struct.field(pytree_node=False, default=0)        # forecast intervals kept within reach
+    plan_peak: bool = struct.field(pytree_node=False, default=False)
+
+    def __call__(self, obs, action):
+        """(the action [n_units] that asks for the secured dispatch, MWh moved) from the observation the
+        policy acted on and its action."""
+        g = self.grid
+        action, _ = sanitize_action(action)
+        seen = read_observation(obs, g, (self.forecast_steps, bool(self.outage_slots)))
+        load_p, prev, t = seen["load_mw"], seen["last_pg"], seen["t"]
+        lo, hi = ramp_window(prev, g)
+        demand = jnp.sum(load_p) + g.dc.gs_total
+        pg = follow_load(lo + 0.5 * (action + 1.0) * (hi - lo), lo, hi, demand)
+        out, sens = jnp.zeros(0, jnp.int32), self.gen_ptdf
+        if self.outage_slots:   # the lines the observation shows out of service in the interval just past
+            out = jnp.nonzero(seen["line_out"], size=self.outage_slots, fill_value=-1)[0].astype(jnp.int32)
+            sens = jax.vmap(lambda col: outage_flows(g.outages, col, out)[0], 1, 1)(sens)
+        flows_at = lambda x, load: _dc_flows(x, load, g, out)[0]  # noqa: E731
+        ahead = peak = None
+        if self.lookahead:
+            steps = t + 1 + jnp.arange(self.lookahead)
+            total = seen["forecast_mw"][:self.lookahead]
+            future = jnp.where(steps < g.max_steps, total + g.dc.gs_total, jnp.nan)
+            ahead = (future, g.pmin, g.pmax, g.ramp)
+            if self.plan_peak:
+                peak = peak_plan(pg, future, forecast_bus_loads(load_p, total), g.pmin, g.pmax, g.ramp, flows_at)
+        safe = secure_redispatch(pg, lo, hi, demand, flows_at(pg, load_p), sens, g.rate, self.iters, ahead,
+                                 g.slack, peak)
+        return dispatch_action(g, safe, prev), jnp.sum(jnp.abs(safe - pg)) * g.delta_t_hours
+
+
+def redispatch_layer(params: TransParams, iters: int = SECURE_ITERS, lookahead: int | None = None,
+                     plan_peak: bool | None = None) -> RedispatchLayer:
+    """The security redispatch of a DC transmission task. `lookahead` (default: LOOKAHEAD_STEPS or the
+    observation's forecast steps, if fewer) forecast intervals kept within the ramps' reach; `plan_peak`
+    (default: on for grids of at most PEAK_PLAN_UNITS units without line outages) plans the forecast peak."""
+    if params.ac:
+        raise ValueError("the security redispatch works on the DC flows; AC transmission tasks have no safety "
+                         "layer (use safety='off')")
+    import numpy as np
+
+    n_forecast = params.forecast.shape[-1]
+    lookahead = min(LOOKAHEAD_STEPS, n_forecast) if lookahead is None else lookahead
+    if not isinstance(lookahead, int) or not 0 <= lookahead <= n_forecast:
+        raise ValueError(f"lookahead must be an integer in [0, {n_forecast}] (the forecast steps the observation "
+                         f"carries), got {lookahead!r}")
+    if not isinstance(iters, int) or iters < 1:
+        raise ValueError(f"iters must be an integer >= 1, got {iters!r}")
+    slots = params.outage_schedule.shape[-1]
+    n_units = params.pmax.shape[0]
+    if plan_peak is None:   # it costs more with more units; a trip changes the grid it plans the peak on
+        plan_peak = bool(lookahead) and n_units <= PEAK_PLAN_UNITS and not slots and params.contingencies is None
+    if plan_peak and not lookahead:
+        raise ValueError("plan_peak needs the look-ahead (a forecast in the observation and lookahead > 0)")
+    dc = params.dc
+    # column i: the flows when unit i injects 1 MW that the slack takes back (`_dc_flows`' Jacobian)
+    inject = (np.asarray(params.gen_incidence) * (1.0 - np.asarray(params.slack))[:, None]
+              * (1.0 - np.asarray(dc.ref_mask))[None, :])
+    gen_ptdf = jnp.asarray(np.asarray(dc.ptdf) @ inject.T, params.pmax.dtype)
+    return RedispatchLayer(grid=_grid_only(params), gen_ptdf=gen_ptdf,
+                           forecast_steps=n_forecast, outage_slots=slots, iters=iters, lookahead=lookahead,
+                           plan_peak=bool(plan_peak))
+
+
+@struct.dataclass
+class VoltageLayer:
+    """The feeder voltage correction, fed by the observation (see the module docstring)."""
+
+    grid: DistParams             # the task's params less its time series
+    rounds: int = struct.field(pytree_node=False, default=VOLT_ROUNDS)
+
+    def __call__(self, obs, action):
+        """(the action that asks for the corrected controls, MWh of load shifted or PV curtailed more or less)."""
+        g = self.grid
+        action, _ = sanitize_action(action)
+        n_bus, n_pv = g.net.z.shape[0] + 1, g.pv_incidence.shape[0]
+        vm = obs[:n_bus]
+        load_p = obs[n_bus:2 * n_bus] * g.base_mva
+        avail = obs[2 * n_bus:2 * n_bus + n_pv] * g.pv_rating
+        load_q = load_p * g.q_ratio
+        asked = controls = decode_controls(action, load_p, avail, g)
+        v0 = vm.astype(g.net.z.dtype)
+        flow, _ = feeder_flow(load_p, load_q, avail, v0, controls, g)
+        for _ in range(self.rounds):   # correct against the latest sweep; a feeder within its band is left as it is
+            moved = voltage_correction(controls, flow["vm"], load_p, load_q, avail, g)
+            outside = jnp.any((flow["vm"] < g.v_min) | (flow["vm"] > g.v_max))
+            controls = tuple(jnp.where(outside, m, x) for m, x in zip(moved, controls))
+            flow = tree_where(outside, feeder_flow(load_p, load_q, avail, v0, controls, g)[0], flow)
+        mwh = (jnp.sum(jnp.abs(controls[0] - asked[0])) + jnp.sum(jnp.abs(controls[1] - asked[1]))) * g.delta_t_hours
+        return encode_controls(controls, action, load_p, avail, g), mwh
+
+
+def voltage_layer(params: DistParams, rounds: int = VOLT_ROUNDS) -> VoltageLayer:
+    """The voltage correction of a DSO feeder task (`rounds` corrections, each checked by a sweep)."""
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    return VoltageLayer(grid=_grid_only(params), rounds=rounds)
+
+
+def make_layer(env, params, safety: str = "on"):
+    """The safety layer of a task, or None: `safety` "on" (a task without one is refused), "auto" (the
+    layer where the task has one) or "off"."""
+    if safety not in SAFETY_CHOICES:
+        raise ValueError(f"safety must be one of {', '.join(SAFETY_CHOICES)}, got {safety!r}")
+    if safety == "off":
+        return None
+    if type(env) is TransGridEnv and not params.ac:
+        return redispatch_layer(params)
+    if type(env) is DistGridEnv:
+        return voltage_layer(params)
+    if safety == "on":
+        raise ValueError(f"no safety layer for {type(env).__name__}{' (AC mode)' if getattr(params, 'ac', False) else ''}: "
+                         "layers exist for the DC transmission tasks (tso-caseN, tso-caseN-n1: security redispatch) "
+                         "and dso-case33bw (voltage correction); use safety='off' or 'auto'")
+    return None
+
+
+@struct.dataclass
+class ShieldedState:
+    """The env's state and the observation the policy acts on next (all the layer reads)."""
+
+    inner: Any
+    obs: jnp.ndarray
+
+    @property
+    def time_step(self):
+        return self.inner.time_step
+
+    @property
+    def day(self):
+        return self.inner.day
+
+
+class Shielded(Environment):
+    """`env` with `layer` between the policy and the env: step(obs, action) applies layer(obs, action).
+    `info` gains "layer_moved" (MWh the layer moved in the step)."""
+
+    def __init__(self, env: Environment, layer):
+        self.env, self.layer = env, layer
+        self.ends_early = env.ends_early
+
+    def reset_env(self, key, params):
+        obs, state = self.env.reset_env(key, params)
+        return obs, ShieldedState(state, obs)
+
+    def reset_to_day(self, day, params):
+        obs, state = self.env.reset_to_day(day, params)
+        return obs, ShieldedState(state, obs)
+
+    def num_days(self, params):
+        return self.env.num_days(params)
+
+    def step_env(self, key, state: ShieldedState, action, params):
+        safe, moved = self.layer(state.obs, action)
+        obs, inner, reward, costs, done, info = self.env.step_env(key, state.inner, safe, params)
+        return obs, ShieldedState(inner, obs), reward, costs, done, {**info, "layer_moved": moved}
+
+    def observation_space(self, params):
+        return self.env.observation_space(params)
+
+    def action_space(self, params):
+        return self.env.action_space(params)
+
+    def constraint_names(self, params):
+        return self.env.constraint_names(params)
+
+    def grid_view(self, state: ShieldedState, params):
+        return self.env.grid_view(state.inner, params)
+
+    def units(self, params):
+        return self.env.units(params)
+
+    def __getattr__(self, name):   # task-specific helpers (agent_specs, ...) of the env
+        if name in ("env", "layer"):
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+
+def shield(env, params, safety: str = "on"):
+    """`Shielded(env, make_layer(env, params, safety))`, or `env` itself where there is no layer."""
+    layer = make_layer(env, params, safety)
+    return env if layer is None else Shielded(env, layer)
