@@ -125,8 +125,10 @@ def _all_option_flags() -> dict[str, list[str]]:
 def _train_parser(config_cls, algorithm: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evogrid train", description=f"Train with {algorithm}. Options depend on "
                                 "--algorithm: `evogrid train --algorithm NAME --help` lists them.")
-    p.add_argument("--algorithm", default=None, help=f"algorithm name (default {DEFAULT_ALGORITHM}; "
-                   "see `evogrid config`); case and '_'/'-' do not matter")
+    from evogrid.workflows.registry import algorithms
+
+    p.add_argument("--algorithm", default=None, help=f"algorithm name, one of {', '.join(algorithms())} (default "
+                   f"{DEFAULT_ALGORITHM}; `evogrid config --algorithm NAME` lists its options); case and '_'/'-' do not matter")
     p.add_argument("--config", help="JSON, TOML or YAML file of config keys; command-line options override it")
     p.add_argument("--out", help="run directory (default runs/<task>-<algorithm>-<time>)")
     p.add_argument("--generations", type=int, default=300, help="total generations / iterations (default 300)")
@@ -239,7 +241,8 @@ def _train(argv: list[str]) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{config.task}-{config.algorithm}-{time.strftime('%Y%m%d-%H%M%S')}"
     if primary:
         n_dev, n_proc = jax.device_count(), jax.process_count()
-        print(f"evogrid train: {config.algorithm} on {config.task}, {args.generations} {workflow.unit}s on {n_dev} "
+        print(f"evogrid train: {config.algorithm} on {config.task} ({_layer_words(workflow)}), {args.generations} "
+              f"{workflow.unit}s on {n_dev} "
               f"{jax.devices()[0].platform.upper()} device(s)" + (f" in {n_proc} processes" if n_proc > 1 else "")
               + f" -> {out}", flush=True)
     warning = _size_warning(config, workflow)
@@ -317,15 +320,23 @@ def _evaluation(workflow, ev) -> dict:
             report = baselines.baseline(task)
         except ImportError as err:   # the AC reference's optional PYPOWER
             print(f"evogrid eval: no gap to the reference: {err}", file=sys.stderr)
-            return {**out, **days, "units": _units(workflow, {**out, **days})}
+            return {**out, **days, "safety_layer": "on" if workflow.layer_on else "off",
+                    "units": _units(workflow, {**out, **days})}
         out["gap_to_oracle_pct"], out["gap_days"] = baselines.gap(report, days["day_return"])
         s = report["summary"]
         out.update(oracle_return=s["oracle_return"])
         if report.get("myopic") is not None:
             out.update(myopic_return=s["myopic_return"], myopic_gap_pct=s["myopic_gap_pct"],
                        myopic_feasible_share=s["myopic_feasible_share"])
-    result = {**out, **days}
+    result = {**out, **days, "safety_layer": "on" if getattr(workflow, "layer_on", False) else "off"}
     return {**result, "units": _units(workflow, result)}
+
+
+def _layer_words(workflow) -> str:
+    """Whether the task's safety layer stands between the policy and the grid, for the run's header line."""
+    if not getattr(workflow, "layer_on", False):
+        return "safety layer off: the raw policy"
+    return f"safety layer on: {type(workflow.env.layer).__name__}"
 
 
 def _size_warning(config, workflow) -> str | None:
@@ -372,7 +383,7 @@ def _eval(args) -> int:
             raise UsageError(f"{config.task} has no days to plot")
         if not 0 <= args.day < n_days:
             raise UsageError(f"--day must be in [0, {n_days}) ({config.task} has {n_days} test days), got {args.day}")
-    print(f"evogrid eval: {config.algorithm} on {config.task}, checkpoint of {workflow.unit} {step}")
+    print(f"evogrid eval: {config.algorithm} on {config.task} ({_layer_words(workflow)}), checkpoint of {workflow.unit} {step}")
     result = _evaluation(workflow, workflow.evaluate(state))
     (run / "eval.json").write_text(json.dumps(result, indent=1))
     print(_format_evaluation(result))
@@ -511,8 +522,12 @@ def _cases(args) -> int:
 
 def _tasks(args) -> int:
     from evogrid.envs import list_tasks
+    from evogrid.envs.registry import describe
 
-    print("\n".join(f"  {t}" for t in list_tasks()))
+    names = list_tasks()
+    width = max(map(len, names))
+    print("\n".join(f"  {t:<{width}}  {describe(t)}" for t in names))
+    print("  gymnax:<id>" + " " * max(width - 9, 1) + "  a gymnax environment (e.g. gymnax:CartPole-v1)")
     return 0
 
 

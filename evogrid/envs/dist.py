@@ -5,10 +5,7 @@ Controllable resources at configurable buses:
   action beyond a dead band, u = sign(a) max(|a| - flex_deadband, 0) / (1 - flex_deadband)
   (`flex_share`; `flex_action` the inverse); any change costs `discomfort_price` per MWh moved.
   The dead band (default 0.4) makes "no shift" a region of the action space rather than a point,
-  so a smooth policy can hold it where no shift is needed: without it the evolved policies moved
-  load by small amounts at every step and paid for it (dso-case33bw, Sep_CMA_ES, 3 seeds, gap to the
-  oracle on the days it solves: dead band 0 45.3%, 0.2 22.5%, 0.4 13.8%, all feasible on every such
-  day; 0.6 10.5% at 96%);
+  so a smooth policy can hold it where no shift is needed (measured: docs/design/voltage_correction.md);
 * PV inverters: two actions each, curtailment of max(a, 0) of the available
   power and reactive power q = a_q * sqrt(S^2 - P^2) within the inverter rating S.
 The zero action is "no control": no shift, no curtailment, unity power factor.

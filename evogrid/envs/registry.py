@@ -17,6 +17,13 @@ RADIAL_FEEDERS = ("33bw", "141")  # distribution feeders: DSO/DERs tasks, not TS
 TSO_SUFFIXES = {"ac": {"ac": True}, "n1": {"n1": True, "outages_per_day": 2.0}}
 SUFFIXES = {"real": {"profiles": "real"}}  # every task: the shipped year of real profiles (evogrid.data)
 _TASKS = {}  # prefix -> (env class, params factory, case names it accepts)
+FAMILIES = {"tso": "transmission dispatch",
+            "dso": "distribution voltage control on a radial feeder (safety layer: voltage correction)",
+            "ders": "batteries, PV and flexible loads on a radial feeder",
+            "dcmg": "data-centre microgrid, 288 five-minute steps",
+            "gencos": "generation companies bidding into a cleared market"}
+SUFFIX_TEXT = {"ac": "AC Newton-Raphson power flow, no safety layer", "n1": "N-1 screening and random line outages",
+               "real": "the shipped year of real profiles, calendar splits"}
 
 
 def register(prefix: str, env_cls, make_params, cases=None):
@@ -76,6 +83,16 @@ def parse_task(name: str) -> TaskName:
     raise ValueError(f"unknown task {name!r}{hint} (known tasks: {shown}; append '-ac' to a tso task for the AC power-flow mode, '-n1' for N-1 security, "
                      "'-real' to any task for real profiles, '-fc<H>' for an H-step forecast; "
                      "'gymnax:<id>' for a gymnax environment)")
+
+
+def describe(name: str) -> str:
+    """One line on what a built-in task name means."""
+    task = parse_task(name)
+    parts = [FAMILIES[task.family]] + ([f"case {task.case}"] if task.case else [])
+    if task.family == "tso" and "ac" not in task.suffixes:
+        parts.append("DC power flow, safety layer: security redispatch")
+    parts += [f"{x[2:]}-step forecast" if _is_forecast(x) else SUFFIX_TEXT[x] for x in task.suffixes]
+    return ", ".join(parts)
 
 
 def make(name: str, **kwargs):
