@@ -19,6 +19,7 @@ forward and layer, or one MPC solve), wall time and env steps.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -98,6 +99,13 @@ def has_layer(task: str) -> bool:
     return not task.startswith("gymnax:") and _has_operators(task)
 
 
+def _takes_layer(algorithm: str) -> bool:
+    """Whether the algorithm's workflow composes a safety layer (its config has the `safety` field)."""
+    from evogrid.workflows.registry import config_class
+
+    return "safety" in {f.name for f in dataclasses.fields(config_class(algorithm))}
+
+
 def decision_seconds(env, policy, obs, repeats: int = 200) -> float:
     """Median seconds of one decision for one observation: `policy(obs)`, and the layer's correction when
     `env` is `Shielded` (compiled; what a control room would wait for each interval)."""
@@ -170,7 +178,8 @@ def bench(algorithms, tasks, seeds: int, out: Path, generations: int | None = No
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
     done = _done(results)
-    cells = [(a, t, layer) for a in algorithms for t in tasks for layer in layers if layer == "off" or has_layer(t)]
+    cells = [(a, t, layer) for a in algorithms for t in tasks for layer in layers
+             if layer == "off" or (has_layer(t) and _takes_layer(a))]
     todo = [(a, t, layer, s) for a, t, layer in cells for s in range(seeds) if (a, t, layer, s) not in done]
     log(f"evogrid bench: {len(algorithms)} algorithms x {len(tasks)} tasks x layer {'/'.join(layers)} x {seeds} seeds; "
         f"{len(done)} runs done, {len(todo)} to go -> {out}")
@@ -189,7 +198,8 @@ def bench(algorithms, tasks, seeds: int, out: Path, generations: int | None = No
                 # memory", then a segfault, after 99 of 105 runs: every cell's executables stayed mapped)
                 workflows.clear()
                 jax.clear_caches()
-                workflows[(algorithm, task, layer)] = build({"algorithm": algorithm, "task": task, "safety": layer})[1]
+                values = {"algorithm": algorithm, "task": task} | ({"safety": layer} if _takes_layer(algorithm) else {})
+                workflows[(algorithm, task, layer)] = build(values)[1]
             record.update(status="ok", **run_one(workflows[(algorithm, task, layer)], seed, gens))
         except Exception as err:  # the grid goes on; the failure is recorded with its reason
             record.update(status="failed", error=f"{type(err).__name__}: {err}"[:500])

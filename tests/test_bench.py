@@ -25,29 +25,36 @@ def test_unknown_names_are_refused_before_any_run(tmp_path, capsys):
     for seeds, generations in ((0, None), (1, 0), (1, -1)):
         with pytest.raises(ValueError, match="seeds and generations must be at least 1"):
             bench.check_grid(["ppo"], ["tso-case5"], seeds, generations)
+    with pytest.raises(ValueError, match="layers must be on, off or both"):
+        bench.check_grid(["ppo"], ["tso-case5"], layers=["maybe"])
 
 
 @pytest.mark.slow
 def test_bench_resumes_and_records_failures(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     out, logs = tmp_path / "b", []
-    bench.bench(["Open_ES"], ["tso-case5"], 1, out, generations=2, log=logs.append)
-    # a second call with one more seed and a failing cell: only the new runs happen
+    bench.bench(["Open_ES"], ["tso-case5"], 1, out, generations=2, log=logs.append)   # the layer on and off
+    # a second call with one more seed and a failing cell (coevo has no safety layer: off only): only the new runs
     rows = bench.bench(["Open_ES", "coevo"], ["tso-case5"], 2, out, generations=2, log=logs.append)
-    assert any("1 runs done, 3 to go" in m for m in logs) and logs[-1].startswith("evogrid bench: 3 runs in ")
-    by = {(r["algorithm"], r["seed"]): r for r in rows}
-    assert len(rows) == 4 and by[("Open_ES", 0)]["status"] == by[("Open_ES", 1)]["status"] == "ok"
-    assert by[("coevo", 0)]["status"] == "failed" and "co-evolution needs a market task" in by[("coevo", 0)]["error"]
-    assert np.isfinite(by[("Open_ES", 1)]["gap_pct"]) and 0.0 <= by[("Open_ES", 1)]["feasible_share"] <= 1.0
+    assert any("2 runs done, 4 to go" in m for m in logs) and logs[-1].startswith("evogrid bench: 4 runs in ")
+    by = {(r["algorithm"], r["layer"], r["seed"]): r for r in rows}
+    assert len(rows) == 6 and all(by[("Open_ES", layer, s)]["status"] == "ok" for layer in ("on", "off") for s in (0, 1))
+    assert by[("coevo", "off", 0)]["status"] == "failed" and "co-evolution needs a market task" in by[("coevo", "off", 0)]["error"]
+    on, off = by[("Open_ES", "on", 1)], by[("Open_ES", "off", 1)]
+    assert np.isfinite(on["gap_pct"]) and 0.0 <= on["feasible_share"] <= 1.0 and on["gap_worst_pct"] >= on["gap_p95_pct"]
     # the oracle solves all 16 of tso-case5's test days, so both feasibility shares count the same days
-    assert by[("Open_ES", 1)]["gap_days"] == 16
-    assert by[("Open_ES", 1)]["feasible_solved_share"] == by[("Open_ES", 1)]["feasible_share"]
+    assert on["gap_days"] == 16 and on["feasible_solved_share"] == on["feasible_share"]
+    # with the layer: the raw policy's feasible days and the MWh the layer moved; without: neither
+    assert 0.0 <= on["raw_feasible_solved_share"] <= 1.0 and on["moved_mwh"] >= 0.0 and on["decision_s"] > 0.0
+    assert "moved_mwh" not in off and "raw_feasible_solved_share" not in off
     table = (out / "results.md").read_text()
-    assert "| tso-case5 | Open_ES |" in table and "oracle solves |" in table and (out / "results.png").stat().st_size > 1000
+    assert "**tso-case5**" in table and "| Open_ES | on |" in table and "| Open_ES | off |" in table
+    assert "| baseline:mpc | on |" in table and "| baseline:zero | off |" in table and (out / "results.png").stat().st_size > 1000
     lines = (out / "results.jsonl").read_text().splitlines()
-    # the first call's run, then the second's in grid order (algorithm, task, seed)
-    assert [(json.loads(x)["algorithm"], json.loads(x)["seed"]) for x in lines] == [
-        ("Open_ES", 0), ("Open_ES", 1), ("coevo", 0), ("coevo", 1)]
+    # the first call's runs, then the second's in grid order (algorithm, task, layer, seed)
+    assert [(json.loads(x)["algorithm"], json.loads(x)["layer"], json.loads(x)["seed"]) for x in lines] == [
+        ("Open_ES", "on", 0), ("Open_ES", "off", 0), ("Open_ES", "on", 1), ("Open_ES", "off", 1),
+        ("coevo", "off", 0), ("coevo", "off", 1)]
     # a stop request (Ctrl-C / SIGTERM) during a run: the bench stops and the cut-short run is not recorded
     import contextlib
 
@@ -56,7 +63,7 @@ def test_bench_resumes_and_records_failures(tmp_path, monkeypatch):
     monkeypatch.setattr(base, "_stop_requests", lambda: contextlib.nullcontext(lambda: True))
     with pytest.raises(KeyboardInterrupt, match="stopped during Open_ES on tso-case5 seed 2"):
         bench.bench(["Open_ES"], ["tso-case5"], 3, out, generations=2, log=logs.append)
-    assert len((out / "results.jsonl").read_text().splitlines()) == 4
+    assert len((out / "results.jsonl").read_text().splitlines()) == 6
 
 
 def test_bootstrap_interval_brackets_the_mean():

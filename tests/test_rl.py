@@ -75,12 +75,12 @@ def test_ppo_learns_tso_case5():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("config_cls, seed, max_violation", [(TD3Config, 0, 0.01), (SACConfig, 1, 0.0)], ids=["td3", "sac"])
+@pytest.mark.parametrize("config_cls, seed, max_violation", [(TD3Config, 0, 0.01), (SACConfig, 1, 0.01)], ids=["td3", "sac"])
 def test_off_policy_learners_learn_tso_case5(config_cls, seed, max_violation):
     """50 iterations. SAC was added as one algorithm module plus a registry line and passes the same test as
-    TD3. Measured: TD3 (seed 0) -256.4 -> -218.1 (15%), violation 0 -> 0.0082; SAC (seed 1) -253.3 -> -225.4
-    (11%), 0 -> 0. Seeds 0-3: TD3 gains 15% and 18% at 0.008 and 0.022 of violation or loses 3-16%;
-    SAC gains 11-23% at 0 to 0.015."""
+    TD3. With the safety layer (on by default) and the 8-step noisy forecast in the observation, SAC (seed 1)
+    -255.3 -> -211.5 (17%), violation 0 -> 0.0012. Before them (the redispatch inside the env): TD3 (seed 0)
+    -256.4 -> -218.1 (15%), violation 0 -> 0.0082; SAC (seed 1) -253.3 -> -225.4, 0 -> 0."""
     cfg = config_cls(task="tso-case5", num_envs=8, rollout_len=48, buffer_size=10_000, warmup_steps=1_000,
                      updates_per_iter=48, batch_size=128, seed=seed)
     _, state, before, after = _learn(cfg, 50)

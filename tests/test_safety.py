@@ -7,7 +7,7 @@ import pytest
 from conftest import ppc_of, pypower_opts
 
 from evogrid.case import load_case
-from evogrid.case.matpower import PD, PF, PG, QD
+from evogrid.case.matpower import PD, PF, PG
 from evogrid.envs import DistGridEnv, TransGridEnv, make, make_dist_params, make_trans_params
 from evogrid.envs.trans import _dc_flows, dispatch_action, ramp_window
 from evogrid.safety import Shielded, ShieldedState, make_layer, redispatch, redispatch_layer, shield, voltage_layer
@@ -452,6 +452,44 @@ def test_applied_feeder_controls_replay_through_pandapower():
             pp.create_sgen(net, bus - 1, p_mw=pv_p[k], q_mvar=q[k])
         pp.runpp(net, tolerance_mva=1e-10, numba=False)
         np.testing.assert_allclose(np.asarray(new.inner.vm), net.res_bus.vm_pu.values, atol=1e-6)
+
+
+def test_applied_der_controls_replay_through_pandapower():
+    """ders-case141 with batteries near their charge limits, so the env clips what the action asks for: the
+    controls and battery powers the env reports it applied (`info["controls"]`, `info["battery_each_mw"]`),
+    given to pandapower's runpp (loads scaled, PV and batteries as static generators), give the env's bus
+    voltages to 1e-6 p.u. (float64)."""
+    import pandapower as pp
+    from pandapower.converter.pypower import from_ppc
+
+    from evogrid.envs import DEREnv, make_der_params
+
+    with jax.enable_x64(True):
+        params = make_der_params(n_days=2)
+        env = DEREnv()
+        day, t = 1, 36
+        state = _start(params, day).replace(time_step=jnp.int32(t), soc=jnp.asarray([0.11, 0.89, 0.5]))
+        action = jax.random.uniform(jax.random.key(5), (15,), minval=-1, maxval=1).at[-3:].set(jnp.asarray([1.0, -1.0, 0.4]))
+        _, new, _, _, _, info = env.step_env(jax.random.key(0), state, action, params)
+        assert float(info["battery_clipped_mw"]) > 0.0    # applied != asked
+        controls, bat_p = np.asarray(info["controls"]), np.asarray(info["battery_each_mw"])
+        shift, curtail, q = controls[:4], controls[4:8], controls[8:]
+        load_p, load_q = np.asarray(params.load_p[day, t]), np.asarray(params.load_q[day, t])
+        flex = np.argmax(np.asarray(params.flex_incidence), 1)
+        scale = np.ones(141)
+        scale[flex] += shift / load_p[flex]
+        pv_p = np.asarray(params.pv_avail[day, t] * params.pv_rating) - curtail
+        net = from_ppc(ppc_of(load_case("141")), f_hz=50, validate_conversion=False)
+        net.load.drop(net.load.index, inplace=True)
+        bus = net.bus.index.values
+        for b in range(141):
+            pp.create_load(net, bus[b], p_mw=load_p[b] * scale[b], q_mvar=load_q[b] * scale[b])
+        for k, b in enumerate(np.argmax(np.asarray(params.pv_incidence), 1)):
+            pp.create_sgen(net, bus[b], p_mw=pv_p[k], q_mvar=q[k])
+        for j, b in enumerate(np.argmax(np.asarray(params.battery_incidence), 1)):
+            pp.create_sgen(net, bus[b], p_mw=bat_p[j], q_mvar=0.0)
+        pp.runpp(net, tolerance_mva=1e-8, numba=False)
+        np.testing.assert_allclose(np.asarray(new.vm), net.res_bus.loc[bus, "vm_pu"].values, atol=1e-6)
 
 
 def test_layer_bad_input():

@@ -65,19 +65,19 @@ def test_open_es_learns_tso_case5():
 
 
 @pytest.mark.slow
-def test_default_run_is_feasible_on_every_test_day_of_tso_case5():
-    """The default Open_ES run (Lagrangian, security redispatch), 150 generations of 64 x 4 episodes, seed 3: the
-    thermal channel is zero and every channel within FEASIBLE_TOL on every test day of tso-case5 (whose line
-    4-5 and ramps bind in the optimal schedule), and the cost is within 2% of the perfect-foresight oracle's
-    on the same days (measured 1.18%). Seeds 0-7 measured: thermal zero on every day for each seed (the env
-    redispatches overloads), feasible on 100, 81, 63, 100, 100, 69, 88, 81% of the days at gaps of 8.0, 1.05,
-    0.82, 1.18, 15.0, 1.08, 1.32, 1.13%: what seeds miss is the balance channel (the slow 600 MW unit left
-    too high for an evening's load drop, over-generation the ramps cannot undo)."""
+def test_default_run_keeps_the_lines_and_most_days_feasible_on_tso_case5():
+    """The default Open_ES run (Lagrangian, the security redispatch as its safety layer on the observation's
+    noisy forecast), 150 generations of 64 x 4 episodes, seed 3: the thermal channel is zero on every test
+    day of tso-case5 (whose line 4-5 and ramps bind in the optimal schedule), at least 85% of the days meet
+    every limit and the cost is within 2% of the perfect-foresight oracle's on the same days. Measured,
+    seeds 0-6: feasible on 94, 94, 100, 88, 88, 81, 100% of the days at gaps of 1.89, 1.37, 7.47, 1.50,
+    1.73, 1.91, 7.39%; what the seeds miss is the balance channel (the slow 600 MW unit left too high for
+    a load drop the forecast underestimated). The operator's MPC with the same layer is feasible on 44%."""
     wf = ECWorkflow(ECConfig(task="tso-case5", seed=3))
     state, _ = wf.learn(wf.init(), 150, progress=False)
     ev = wf.evaluate(state)
     channels = dict(zip(wf.cost_names, np.asarray(ev["cost_channels"]).tolist()))
-    assert float(ev["feasible_share"]) == 1.0 and channels["thermal"] == 0.0, channels
+    assert wf.layer_on and float(ev["feasible_share"]) >= 0.85 and channels["thermal"] == 0.0, channels
     gap, days = baselines.gap(baselines.baseline("tso-case5"), ev["day_return"])
     assert days == 16 and 0.0 < gap <= 2.0, gap
 

@@ -70,7 +70,7 @@ class DEREnv(DistGridEnv):
         shortfall = jnp.sum(jnp.maximum(params.soc_init - soc, 0.0) * bat.capacity_mwh)
         soc_cost = jnp.sum(clipped) * dt + jnp.where(done, shortfall, 0.0)
         new = DERState(time_step=t + 1, day=state.day, v_re=flow["v"].real, v_im=flow["v"].imag, soc=soc)
-        info = dict(info, battery_mw=jnp.sum(p_bat), battery_clipped_mw=jnp.sum(clipped), price=price,
+        info = dict(info, battery_mw=jnp.sum(p_bat), battery_each_mw=p_bat, battery_clipped_mw=jnp.sum(clipped), price=price,
                     nonfinite_actions=n_bad, cost_dollars=dollars)
         costs = jnp.concatenate([flow["costs"][:2], soc_cost[None], flow["costs"][2:]])
         return self._obs(new, params), new, -dollars * params.reward_scale, costs, done, info

@@ -1,0 +1,129 @@
+"""Transmission task construction rules: line ratings for cases without them, ramp rates for units without
+ramp data, outage schedules, the start-of-day dispatch and the AC voltage set-points. Plain NumPy over a
+`Case` (no env, no JAX state); `make_trans_params` applies them."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evogrid.case import Case
+from evogrid.case.matpower import PD, PMAX, PMIN, VG, VMAX, VMIN
+from evogrid.physics import make_dc_network
+
+SLOW_RAMP, FAST_RAMP = 0.03, 0.5  # share of Pmax per hour: the cheaper half of the fleet, the rest (merit_ramp_rates)
+N1_RATING = 1.25      # post-contingency limit: this times the line rating (a short-term emergency rating)
+RATING_MARGIN = 1.13  # derived ratings: this times the economic-dispatch flow at the case's own loads
+
+
+def setpoints_in_band(case: Case) -> Case:
+    """`case` with every unit's voltage set-point (VG) clipped into its bus's [VMIN, VMAX] (where the bus has
+    a band, VMAX > VMIN > 0); the same case when nothing changes."""
+    lo, hi = case.bus[case.gen_bus, VMIN], case.bus[case.gen_bus, VMAX]
+    banded = (hi > lo) & (lo > 0)
+    vg = np.where(banded, np.clip(case.gen[:, VG], lo, hi), case.gen[:, VG])
+    if np.array_equal(vg, case.gen[:, VG]):
+        return case
+    gen = case.gen.copy()
+    gen[:, VG] = vg
+    return dataclasses.replace(case, gen=gen)
+
+
+def outage_schedule_days(case, model, given, per_day, steps, max_out, n_days, max_steps, seed) -> np.ndarray:
+    """[n_days, max_steps, k] branch indices out of service (-1 = none): `given`, checked, or random events."""
+    if given is not None:
+        given = np.asarray(given)
+        if given.ndim != 3 or given.shape[:2] != (n_days, max_steps) or not np.issubdtype(given.dtype, np.integer):
+            raise ValueError(f"outage_schedule must be integers of shape [{n_days}, {max_steps}, k], got {given.dtype} {given.shape}")
+        if np.any((given < -1) | (given >= case.n_branch)):
+            raise ValueError(f"outage_schedule holds branch indices outside [0, {case.n_branch}) (and -1 for none)")
+        return given.astype(np.int32)
+    if per_day < 0 or steps < 1 or max_out < 1:
+        raise ValueError(f"need outages_per_day >= 0, outage_steps >= 1, max_outages >= 1; got {per_day}, {steps}, {max_out}")
+    if not per_day:
+        return np.full((n_days, max_steps, 0), -1, np.int32)
+    candidates = np.flatnonzero(~np.asarray(model.bridge))
+    rng = np.random.default_rng([seed, 17])
+    schedule = np.full((n_days, max_steps, max_out), -1, np.int32)
+    for day in range(n_days):
+        for _ in range(rng.poisson(per_day)):
+            branch, start = rng.choice(candidates), rng.integers(max_steps)
+            span = schedule[day, start:start + steps]
+            free = np.flatnonzero(np.all(span == -1, axis=0) & ~np.any(span == branch))
+            if free.size:  # a slot free over the whole outage, and not the same branch again
+                span[:, free[0]] = branch
+    return schedule
+
+
+def merit_ramp_rates(case: Case) -> np.ndarray:
+    """Ramp rates (share of Pmax per hour) for a case without ramp data: the cheaper half of the units, by
+    marginal cost at the middle of their range, ramp at SLOW_RAMP (baseload), the others at FAST_RAMP. The
+    slack unit is ranked like the others (load following is shared by every unit, see `follow_load`): on
+    case14 it is the cheapest, so it is slow there. A schedule that sees the evening peak coming raises the
+    slow cheap units early; a myopic one meets the peak with the fast dear ones (docs/design/ratings.md)."""
+    from evogrid.physics import generation_cost, make_gen_cost
+
+    mid = 0.5 * (case.gen[:, PMIN] + case.gen[:, PMAX])
+    with jax.enable_x64(True):
+        cost = make_gen_cost(case)
+        h = 1e-3 * np.maximum(case.gen[:, PMAX] - case.gen[:, PMIN], 1.0)
+        marginal = (np.asarray(generation_cost(cost, jnp.asarray(mid + h))) - np.asarray(generation_cost(cost, jnp.asarray(mid - h)))) / (2 * h)
+    cheap = np.argsort(marginal, kind="stable")[: case.n_units // 2]
+    rates = np.full(case.n_units, FAST_RAMP)
+    rates[cheap] = SLOW_RAMP
+    return rates
+
+
+def _economic_dispatch_flows(case: Case) -> np.ndarray:
+    """Signed DC branch flows (MW) of the economic dispatch (no network limits) at the case's own loads."""
+    from evogrid.physics import economic_dispatch
+
+    with jax.enable_x64(True):
+        net = make_dc_network(case)
+        ptdf, flow0, gs = (np.asarray(x, np.float64) for x in (net.ptdf, net.flow0, net.gs_total))
+    pd = case.bus[:, PD]
+    pg = economic_dispatch(case.gencost, case.gen[:, PMIN], case.gen[:, PMAX], pd.sum() + float(gs))
+    inj = np.zeros(case.n_bus)
+    np.add.at(inj, case.gen_bus, pg)
+    return ptdf @ (inj - pd) + flow0
+
+
+def derived_ratings(case: Case, margin: float = RATING_MARGIN, floor: float = 0.05) -> np.ndarray:
+    """Line ratings (MW) for a case without real ones: `margin` times the DC flow of the economic dispatch
+    (no network limits, `physics.economic_dispatch`) at the case's own bus loads, and at least `floor`
+    times the largest such flow. Loads above the case's Pd (some days reach 1.10, a bus a little more)
+    then meet these limits, so the optimal schedule must redispatch around them. The default margin
+    RATING_MARGIN is the least at which every test day of case14 keeps a schedule within the ratings that
+    an operator can reach without planning hours ahead (measured: docs/design/ratings.md)."""
+    flow = np.abs(_economic_dispatch_flows(case))
+    return np.maximum(margin * flow, floor * flow.max())
+
+
+def derived_n1_ratings(case: Case, model, contingencies, margin: float = RATING_MARGIN) -> np.ndarray:
+    """Emergency (post-contingency) ratings for a case without real ones, derived as `derived_ratings`
+    are: `margin` times the largest flow over the screened single outages of the economic dispatch at
+    the case's own loads. That dispatch is then N-1 secure with the margin; heavier load days are not,
+    so a secure schedule must redispatch (and on the -n1 tasks it can, as `evogrid baseline` shows)."""
+    flow = _economic_dispatch_flows(case)
+    lodf = np.asarray(model.lodf, np.float64)[:, contingencies]           # [n_branch, c]
+    post = np.abs(flow[:, None] + lodf * flow[contingencies][None, :])     # every branch after each outage
+    return margin * post.max(1)
+
+
+def start_dispatch(case: Case, load_p: np.ndarray, gs_total: float) -> np.ndarray:
+    """Start-of-day dispatch [n_days, n_units]: the economic dispatch of each day's first interval (a
+    proportional share of headroom where the costs are not polynomials of degree <= 2)."""
+    from evogrid.physics import economic_dispatch
+
+    pmin, pmax = case.gen[:, PMIN], case.gen[:, PMAX]
+    out = []
+    for load in load_p[:, 0]:
+        demand = load.sum() + gs_total
+        try:
+            out.append(economic_dispatch(case.gencost, pmin, pmax, demand))
+        except ValueError:
+            share = np.clip((demand - pmin.sum()) / max((pmax - pmin).sum(), 1e-6), 0.0, 1.0)
+            out.append(pmin + share * (pmax - pmin))
+    return np.array(out)
