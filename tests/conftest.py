@@ -88,3 +88,22 @@ def _free_compiled_programs():
     import jax
 
     jax.clear_caches()
+
+
+FEEDER_PV_BUSES = (18, 22, 25, 33)   # dso-case33bw's default PV buses (case numbering)
+
+
+def solved_33bw(load_p, load_q, scale, pv_p, pv_q):
+    """pandapower's own case33bw with bus loads `load_p`/`load_q` [33] x `scale` [33] and PV at the default
+    buses injecting `pv_p` MW / `pv_q` MVAr [4], solved by runpp (the reference the feeder env is checked against)."""
+    import pandapower as pp
+    import pandapower.networks as pn
+
+    net = pn.case33bw()
+    for i, row in net.load.iterrows():
+        net.load.at[i, "p_mw"] = load_p[row.bus] * scale[row.bus]
+        net.load.at[i, "q_mvar"] = load_q[row.bus] * scale[row.bus]
+    for k, bus in enumerate(FEEDER_PV_BUSES):
+        pp.create_sgen(net, bus - 1, p_mw=pv_p[k], q_mvar=pv_q[k])
+    pp.runpp(net, tolerance_mva=1e-10, numba=False)
+    return net

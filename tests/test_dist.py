@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import solved_33bw
 
 from evogrid.envs import DistGridEnv, make_dist_params
 from evogrid.envs.dist import flex_action, flex_share
@@ -19,9 +20,6 @@ def _step(params, action, day=0, t=0):
 
 def test_solved_feeder_matches_pandapower_with_pv_and_flex_actions():
     """Midday (t=24) with curtailment, reactive power and load shifting: |V| equals pandapower's runpp to 1e-6 p.u."""
-    import pandapower as pp
-    import pandapower.networks as pn
-
     with jax.enable_x64(True):
         params = make_dist_params(n_days=2, sweeps=40)
         action = np.array([0.5, -1.0, 0.2, 0.0, -0.3, 1.0] + [0.3, 0.0, 0.8, -0.5] + [1.0, -0.4, 0.0, 0.6])
@@ -34,13 +32,7 @@ def test_solved_feeder_matches_pandapower_with_pv_and_flex_actions():
         avail = np.asarray(params.pv_avail[1, 24]) * 0.4
         pv_p = avail * (1 - np.maximum(action[6:10], 0))
         pv_q = action[10:] * np.sqrt((0.44**2) - pv_p**2)
-        net = pn.case33bw()
-        for i, row in net.load.iterrows():
-            net.load.at[i, "p_mw"] = load_p[row.bus] * scale[row.bus]
-            net.load.at[i, "q_mvar"] = load_q[row.bus] * scale[row.bus]
-        for k, bus in enumerate(PV_BUSES):
-            pp.create_sgen(net, bus - 1, p_mw=pv_p[k], q_mvar=pv_q[k])
-        pp.runpp(net, tolerance_mva=1e-10, numba=False)
+        net = solved_33bw(load_p, load_q, scale, pv_p, pv_q)
         np.testing.assert_allclose(np.asarray(new.vm), net.res_bus.vm_pu.values, atol=1e-6)
         np.testing.assert_allclose(float(info["losses_mw"]), net.res_line.pl_mw.sum(), atol=1e-7)
         # energy balance: substation import = load + losses - PV output (pandapower's ext_grid injection)

@@ -4,17 +4,31 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import ppc_of, pypower_opts
+from conftest import ppc_of, pypower_opts, solved_33bw
 
 from evogrid.case import load_case
 from evogrid.case.matpower import PD, PF, PG
-from evogrid.envs import DistGridEnv, TransGridEnv, make, make_dist_params, make_trans_params
+from evogrid.envs import (
+    DistGridEnv,
+    TransGridEnv,
+    make,
+    make_dist_params,
+    make_trans_params,
+)
 from evogrid.envs.trans import _dc_flows, dispatch_action, ramp_window
-from evogrid.safety import Shielded, ShieldedState, make_layer, redispatch, redispatch_layer, shield, voltage_layer
+from evogrid.safety import (
+    Shielded,
+    ShieldedState,
+    make_layer,
+    redispatch,
+    redispatch_layer,
+    shield,
+    voltage_layer,
+)
 from evogrid.safety.redispatch import SECURE_MARGIN, WINDOW_MARGIN, reach_row
 from evogrid.utils.jax_utils import held_projection_step
 
-FLEX_BUSES, PV_BUSES = (7, 8, 24, 25, 30, 32), (18, 22, 25, 33)
+FLEX_BUSES = (7, 8, 24, 25, 30, 32)
 
 
 def _layered_step(params, state, action, layer=None, env=None):
@@ -423,9 +437,6 @@ def test_applied_feeder_controls_replay_through_pandapower():
     """dso-case33bw through the voltage layer at its evening peak: the controls the env reports it applied
     (`info["controls"]`: MW shifted, MW curtailed, MVAr injected), given to pandapower's runpp as load
     scaling and static generators, give the env's bus voltages to 1e-6 p.u. (float64)."""
-    import pandapower as pp
-    import pandapower.networks as pn
-
     with jax.enable_x64(True):
         params = make_dist_params(n_days=2, sweeps=40)
         env = DistGridEnv()
@@ -444,13 +455,7 @@ def test_applied_feeder_controls_replay_through_pandapower():
         flex = np.array(FLEX_BUSES) - 1
         scale[flex] += shift / load_p[flex]
         pv_p = np.asarray(params.pv_avail[day, t]) * 0.4 - curtail
-        net = pn.case33bw()
-        for i, row in net.load.iterrows():
-            net.load.at[i, "p_mw"] = load_p[row.bus] * scale[row.bus]
-            net.load.at[i, "q_mvar"] = load_q[row.bus] * scale[row.bus]
-        for k, bus in enumerate(PV_BUSES):
-            pp.create_sgen(net, bus - 1, p_mw=pv_p[k], q_mvar=q[k])
-        pp.runpp(net, tolerance_mva=1e-10, numba=False)
+        net = solved_33bw(load_p, load_q, scale, pv_p, q)
         np.testing.assert_allclose(np.asarray(new.inner.vm), net.res_bus.vm_pu.values, atol=1e-6)
 
 
@@ -509,3 +514,17 @@ def test_layer_bad_input():
         make_layer(env, params, "maybe")
     with pytest.raises(ValueError, match="forecast_error must be >= 0"):
         make("tso-case5", n_days=2, forecast_error=-0.01)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--task", "dcmg", "--safety", "on"], "no safety layer for DCMicrogridEnv"),
+    (["--task", "tso-case14-ac", "--safety", "on"], "no safety layer for TransGridEnv (AC mode)"),
+    (["--task", "tso-case5-fc60"], "forecast_steps 60 is longer than the day (48 steps)"),
+])
+def test_bad_safety_requests_are_one_line_and_write_nothing(tmp_path, capsys, argv, message):
+    from evogrid import cli
+
+    code = cli.main(["train", *argv, "--pop", "4", "--generations", "1", "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and err.strip().count("\n") <= 1, err
+    assert not (tmp_path / "run").exists()

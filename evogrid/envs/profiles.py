@@ -106,6 +106,8 @@ def forecast_features(series: np.ndarray, profiles: str, n_days, split: str, ste
     if not np.isfinite(error) or error < 0:
         raise ValueError(f"forecast_error must be >= 0 (relative error one step ahead), got {error!r}")
     n, horizon, k = series.shape
+    if steps > horizon:
+        raise ValueError(f"forecast_steps {steps} is longer than the day ({horizon} steps); forecast at most {horizon}")
     if steps == 0:
         return np.zeros((n, horizon + 1, 0))
     n_source, days = source_days(profiles, n_days, split, seed)

@@ -377,7 +377,7 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
                       ratings: str = "auto", rating_margin: float = RATING_MARGIN, load_p=None, load_q=None,
                       n1: bool = False, n1_rating: float = N1_RATING, n1_contingencies=None, outages_per_day: float = 0.0,
                       outage_steps: int = 4, max_outages: int = 1, outage_schedule=None,
-                      forecast_steps: int = FORECAST_STEPS, forecast_error: float = FORECAST_ERROR,
+                      forecast_steps: int | None = None, forecast_error: float = FORECAST_ERROR,
                       voltage_setpoints: str = "band") -> TransParams:
     """Parameters of `TransGridEnv` for a case.
 
@@ -407,7 +407,7 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     `outage_schedule` [n_days, max_steps, k] of branch indices (-1 = none), drawn before the `split`.
 
     Forecasts: the observation carries a noisy forecast of the next `forecast_steps` intervals' total load
-    (share of the case's total Pd; default FORECAST_STEPS, 0 for none) with error `forecast_error` x
+    (share of the case's total Pd; default FORECAST_STEPS or the day's length if shorter, 0 for none) with error `forecast_error` x
     sqrt(lead) (`profiles.forecast_features`, FORECAST_ERROR by default).
 
     `init` caches, per day, the start-of-day state (the economic dispatch of the first interval's
@@ -415,6 +415,8 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     the loads: after changing load leaves, rebuild the params with this function (passing `load_p`/`load_q`).
     """
     case = load_case(case) if not isinstance(case, Case) else case
+    if forecast_steps is None:
+        forecast_steps = min(FORECAST_STEPS, max_steps) if isinstance(max_steps, (int, np.integer)) else FORECAST_STEPS
     if ac_method not in (None, "chord", "newton"):
         raise ValueError(f"ac_method must be 'chord' or 'newton', got {ac_method!r}")
     if enforce_q_limits and (not ac or ac_method == "chord"):
