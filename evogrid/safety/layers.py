@@ -28,9 +28,16 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
-from evogrid.envs.dist import DistGridEnv, DistParams, decode_controls, encode_controls, feeder_flow
+from evogrid.envs.dist import (
+    DistGridEnv,
+    DistParams,
+    decode_controls,
+    encode_controls,
+    feeder_flow,
+)
 from evogrid.envs.environment import Environment, sanitize_action
 from evogrid.envs.trans import (
     TransGridEnv,
@@ -43,7 +50,13 @@ from evogrid.envs.trans import (
     read_observation,
 )
 from evogrid.physics import outage_flows
-from evogrid.safety.redispatch import LOOKAHEAD_STEPS, PEAK_PLAN_UNITS, SECURE_ITERS, peak_plan, secure_redispatch
+from evogrid.safety.redispatch import (
+    LOOKAHEAD_STEPS,
+    PEAK_PLAN_UNITS,
+    SECURE_ITERS,
+    peak_plan,
+    secure_redispatch,
+)
 from evogrid.safety.voltage import VOLT_ROUNDS, voltage_correction
 from evogrid.utils.jax_utils import tree_where
 
@@ -104,8 +117,6 @@ def redispatch_layer(params: TransParams, iters: int = SECURE_ITERS, lookahead: 
     if params.ac:
         raise ValueError("the security redispatch works on the DC flows; AC transmission tasks have no safety "
                          "layer (use safety='off')")
-    import numpy as np
-
     n_forecast = params.forecast.shape[-1]
     lookahead = min(LOOKAHEAD_STEPS, n_forecast) if lookahead is None else lookahead
     if not isinstance(lookahead, int) or not 0 <= lookahead <= n_forecast:

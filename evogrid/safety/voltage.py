@@ -10,8 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from evogrid.envs.dist import DistParams
-from evogrid.envs.dist import headroom
+from evogrid.envs.dist import DistParams, headroom
 from evogrid.utils.jax_utils import held_least_norm_step
 
 VOLT_ROUNDS = 2        # correction rounds per interval, each followed by a sweep power flow
