@@ -76,8 +76,8 @@ class Lagrangian:
     def penalise(self, value, costs):
         """(value - costs . w) / (1 + sum lambda): a reward [...] with step costs [..., C], or a return with
         episode costs. The division (Stooke et al.'s normalised form) keeps the learning signal's scale
-        bounded as the multiplier grows, which off-policy critics need (unnormalised, TD3's and SAC's
-        violations grew on tso-case5, measured); it changes no ranking within a generation."""
+        bounded as the multiplier grows, which off-policy critics need (docs/design/choices.md); it
+        changes no ranking within a generation."""
         return (value - jnp.sum(costs * self.weights(), axis=-1)) / (1.0 + jnp.sum(self.multiplier))
 
     def update(self, episode_cost, episode_return, config: ConstraintConfig) -> Lagrangian:

@@ -10,8 +10,7 @@ from evogrid.utils.config import Config, param
 
 @dataclasses.dataclass(frozen=True)
 class GradientHyperparams(Config):
-    learning_rate: float = param(1e-3, "Adam step size (measured on tso-case5: PPO learns in ~150 iterations at 1e-3, "
-                                 "barely moves at 3e-4)", lo=0.0, lo_open=True, cli="--lr")
+    learning_rate: float = param(1e-3, "Adam step size", lo=0.0, lo_open=True, cli="--lr")
     gamma: float = param(0.99, "discount factor", lo=0.0, hi=1.0)
     max_grad_norm: float = param(0.5, "global gradient-norm clip", lo=0.0, lo_open=True)
 

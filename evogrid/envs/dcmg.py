@@ -5,8 +5,7 @@ Per step (dt hours), powers in MW:
   queue of `deadline_steps` buckets (bucket k = work due in k steps, MW-steps). Work not served by
   its deadline runs anyway at the deadline and is counted as an SLA violation. Deadlines stop at the
   day's last step (work deferred at t is due at min(t + D, T - 1); nothing can be deferred at T - 1), so
-  a day ends with its work done: an episode cannot drop work by leaving it in the queue (the LP bound,
-  which may not drop it either, was 2.7% cheaper on the test days when both could).
+  a day ends with its work done: an episode cannot drop work by leaving it in the queue.
 * Cooling removes heat with coefficient of performance `cop`; the room follows
       temp' = temp + dt * ((it_heat - q_cool) / c_th + (t_out - temp) / tau)
   and the cooling plant aims at the set-point: q_cool = clip(it_heat + c_th (temp - set) / dt
@@ -18,18 +17,15 @@ Per step (dt hours), powers in MW:
 * Backup (`backup`, default on): what the grid cannot carry (load beyond PV, the set-points and the cap)
   is covered as a microgrid controller covers it: the battery discharges more, up to what it can give,
   then the diesel starts or rises (at least to its minimum load); only what neither can give is a
-  deficit. Why: without it the policies kept the diesel running as insurance against the deficit
-  channel (0.5 MWh and $290 of fuel a day, Sep_CMA_ES) and were 18.6% over the LP bound; with it
-  7.9%, feasible on every test day (3 seeds, 200 generations).
+  deficit. Without it policies keep the diesel running as insurance against the deficit channel
+  (docs/design/choices.md).
 
 Actions in [-1, 1]: [battery (x p_max, + discharge), diesel set-point ((a + 1) / 2 x p_max),
 cooling set-point (mapped to [set_min, set_max] degC), deferral (a > 0: defer that share of this
 step's deferrable arrivals; a < 0: serve that share of the queue, earliest deadline first)].
 The set-points' default range [18, 26.9] ends a hair below the 27 degC limit, as a plant's controls
-are set, so that no set-point breaks the limit (only a plant at its capacity can). With [18, 30] the
-policies rode the limit and broke it on up to 12% of the test days after 600 generations (Sep_CMA_ES,
-4.3% over the LP bound); with [18, 26.9] 3.4% and every day within it. The LP with the room held to
-26.9 degC is 0.17% dearer, so the range costs at most that.
+are set, so that no set-point breaks the limit (only a plant at its capacity can); why and what it
+costs: docs/design/choices.md.
 Reward = -(grid energy x price + fuel x fuel_price + CO2 x carbon_price) x reward_scale.
 Cost channels: `sla` (late work, MW-steps), `temperature` (degC above t_limit), `deficit` (MW unserved).
 """

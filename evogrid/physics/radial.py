@@ -146,8 +146,7 @@ def backward_forward_sweep(net: RadialNetwork, s_load_pu: jnp.ndarray, v0: jnp.n
     the last two changes; they stop once that estimate is below `tol` (`converged`), or after `iters`.
     Measured on case141 from a warm start, loads 0.3-1.7 x base: the estimate runs up to 2.6x low,
     hence the float32 default 2e-7, which keeps |V| within 4.4e-7 p.u. of a 1e-14 float64 solve (4-5
-    sweeps). (Anderson acceleration with one previous iterate saved a sweep there but cost 30% of the
-    ders rollout's speed.) The derivative is the fixed point's (`_solved`).
+    sweeps). The derivative is the fixed point's (`_solved`).
     """
     n = net.down.shape[1]
     v0 = jnp.full((n,), net.v_root) if v0 is None else v0.astype(net.z.dtype)
