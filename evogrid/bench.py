@@ -20,6 +20,7 @@ forward and layer, or one MPC solve), wall time and env steps.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import sys
 import time
@@ -32,9 +33,7 @@ import numpy as np
 BUDGET = {"ppo": 200, "td3": 60, "sac": 60, "erl": 40, "cemrl": 40}
 EC_BUDGET = 200
 # per-task budgets of the evolution strategies, chosen so the whole default table regenerates within the hour
-# on 2 CPU cores (3 seeds each, measured): on the 54-unit case Sep_CMA_ES's gap was 6.5% at 200 generations,
-# 2.1% at 600 (an earlier round), 1.55% at 400 and 1.72% at 300 (~135 s a run); on dso-case33bw 1.04% at 200
-# and 1.21% at 100 (31 s a run instead of 59)
+# on 2 CPU cores (docs/design/choices.md)
 EC_BUDGET_BY_TASK = {"tso-case118": 300, "dso-case33bw": 100}
 DEFAULT_ALGORITHMS = ("Open_ES", "Sep_CMA_ES", "ppo")   # the ablation doubles the grid: the best of each family
 DEFAULT_TASKS = ("tso-case5", "tso-case14", "tso-case118", "dso-case33bw", "dcmg")
@@ -92,11 +91,13 @@ def _done(path: Path) -> set:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def has_layer(task: str) -> bool:
-    """Whether the task has a safety layer (DC transmission and dso tasks)."""
-    from evogrid.baselines import _has_operators
+    """Whether the task has a safety layer (`evogrid.safety.make_layer`: DC transmission and dso tasks)."""
+    from evogrid.envs import make
+    from evogrid.safety import make_layer
 
-    return not task.startswith("gymnax:") and _has_operators(task)
+    return not task.startswith("gymnax:") and make_layer(*make(task, split="test"), "auto") is not None
 
 
 def _takes_layer(algorithm: str) -> bool:
@@ -154,13 +155,13 @@ def run_one(workflow, seed: int, generations: int) -> dict:
         policy = workflow.chosen_policy(state)
     except NotImplementedError:
         return row
-    from evogrid.baselines.operators import play_days
+    from evogrid.baselines.operators import day_figures
 
     test = workflow.split_params("test")
     row["decision_s"] = decision_seconds(workflow.env, policy, workflow.env.reset_to_day(0, test)[0])
     if workflow.layer_on:   # what the layer did: the raw policy's feasible days before it, the MWh it moved
-        _, raw_costs, _ = play_days(workflow.env.env, test, policy)
-        _, _, moved = play_days(workflow.env, test, policy)
+        _, raw_costs, _ = day_figures(workflow.env.env, test, policy)
+        _, _, moved = day_figures(workflow.env, test, policy)
         row["moved_mwh"] = float(moved.mean())
         if solved:
             row["raw_feasible_solved_share"] = float(np.mean(np.all(raw_costs[solved] <= 1e-6, axis=-1)))

@@ -315,7 +315,8 @@ def _evaluation(workflow, ev) -> dict:
     days = {k: np.asarray(ev[k]).tolist() for k in ("day_return", "day_cost", "day_feasible") if k in ev}
     out = flatten_row({k: np.asarray(v).tolist() for k, v in ev.items() if k not in days}, names)
     task = workflow.config.task
-    if baselines.supported(task) and not workflow._own_params and "day_return" in days and not task.lower().startswith("gencos-"):
+    ref = baselines.reference(task)
+    if ref is not None and ref.gap and not workflow.own_params and "day_return" in days:
         try:
             report = baselines.baseline(task)
         except ImportError as err:   # the AC reference's optional PYPOWER
@@ -426,10 +427,6 @@ def _bench(args) -> int:
     return 0
 
 
-def _binding_rows(summary) -> list[tuple[str, str]]:
-    return [(f"days with a binding {name} limit", f"{100 * share:.1f}%") for name, share in summary["binding_share"].items()]
-
-
 def _baseline(args) -> int:
     from evogrid import baselines
     from evogrid.envs.registry import parse_task
@@ -438,44 +435,10 @@ def _baseline(args) -> int:
         report = baselines.baseline(args.task, split=args.split, refresh=args.refresh, operators=True)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    s = report["summary"]
-    if report.get("oracle_kind") == "competitive":
-        print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days (reference: every company offers at cost)")
-        rows = [("competitive mean price", f"{s['competitive_price']:.4f} $/MWh (load-weighted)"),
-                ("companies' summed profit", f"{s['competitive_return']:.4f} ({report['return_unit']})"),
-                ("consumer payment", f"{s['consumer_payment']:.1f} $ per day")]
-    elif report.get("oracle_kind") == "lp_bound":
-        print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days (oracle: a perfect-foresight LP lower "
-              f"bound on each day's cost, HiGHS; returns in {report['return_unit']})")
-        rows = [("bound on the mean return", f"{s['oracle_return']:.4f}"),
-                ("days without a feasible schedule", f"{s['infeasible_days']}"), *_binding_rows(s)]
-    elif report.get("oracle_kind") == "ac_opf":
-        print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days (reference: each step's AC-OPF by "
-              f"PYPOWER, no ramp limits; its dispatch replayed through the env; returns in {report['return_unit']})")
-        rows = [("reference mean return", f"{s['oracle_return']:.4f}"),
-                ("days with a step the AC-OPF did not solve", f"{s['infeasible_days']}"),
-                ("replayed mean return", f"{s['myopic_return']:.4f}"),
-                ("replayed feasible days", f"{100 * s['myopic_feasible_share']:.1f}%"),
-                ("replayed gap to the reference", f"{s['myopic_gap_pct']:.3f}% of cost")]
-    elif report.get("oracle_kind") == "feeder_schedule":
-        print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days (oracle: the day's perfect-foresight "
-              f"LinDistFlow QP, Clarabel, voltages corrected by the sweep power flow, replayed through the env; "
-              f"returns in {report['return_unit']})")
-        rows = [("oracle mean return", f"{s['oracle_return']:.4f}"),
-                ("days without a feasible schedule", f"{s['infeasible_days']}"),
-                *_binding_rows(s),
-                ("no-control mean return", f"{s['no_control_return']:.4f}"),
-                ("no-control feasible days", f"{100 * s['no_control_feasible_share']:.1f}%")]
-    else:
-        secure = "security-constrained (N-1, outages foreseen) " if "n1" in parse_task(args.task).suffixes else ""
-        print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days (oracle: perfect-foresight {secure}"
-              f"multi-period DC-OPF, Clarabel/HiGHS; myopic: the same for one step, within ramp limits)")
-        rows = [("oracle mean return", f"{s['oracle_return']:.4f}"),
-                ("oracle infeasible days", f"{s['infeasible_days']}"),
-                *_binding_rows(s),
-                ("myopic mean return", f"{s['myopic_return']:.4f}"),
-                ("myopic feasible days", f"{100 * s['myopic_feasible_share']:.1f}%"),
-                ("myopic gap to the oracle", f"{s['myopic_gap_pct']:.3f}% of cost")]
+    s, ref = report["summary"], baselines.reference(args.task)
+    print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days ({ref.words(parse_task(args.task))}; "
+          f"returns in {report['return_unit']})")
+    rows = ref.rows(s)
     width = max(len(r[0]) for r in rows)
     print("\n".join(f"  {name:<{width}}  {value}" for name, value in rows))
     if s.get("operators"):
@@ -531,8 +494,23 @@ def _tasks(args) -> int:
     return 0
 
 
+def keep_compiled_programs() -> None:
+    """Keep compiled programs on disk between calls (JAX's persistent compilation cache), so that a second
+    `evogrid` call skips the XLA compilation of every program it compiled before (a resumed or repeated run
+    starts in seconds): in $XDG_CACHE_HOME/evogrid/jax (default ~/.cache) unless JAX_COMPILATION_CACHE_DIR
+    names another directory; EVOGRID_COMPILE_CACHE=0 leaves JAX's setting alone."""
+    import os
+
+    import jax
+
+    if os.environ.get("EVOGRID_COMPILE_CACHE", "1") != "0" and not jax.config.jax_compilation_cache_dir:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        jax.config.update("jax_compilation_cache_dir", str(root / "evogrid" / "jax"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    keep_compiled_programs()
     parser = argparse.ArgumentParser(prog="evogrid", description="Evolutionary RL on JAX power-system environments.",
                                      epilog="With no command, `evogrid` runs `evogrid train` with its defaults.")
     sub = parser.add_subparsers(dest="command")

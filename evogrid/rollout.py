@@ -28,7 +28,6 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from evogrid.utils.jax_utils import stop_obs_state_gradient
 
 POLICY_STREAM = 1  # fold_in constant that separates the policy's key from the environment's
 
@@ -77,7 +76,7 @@ def collect(env, params, policy, key, state, obs, steps: int, *, reset: bool = T
         if fold is not None:
             acc = fold(acc, tr)
         if reset:
-            next_obs, next_state = stop_obs_state_gradient(env.auto_reset(kr, next_obs, next_state, done, params))
+            next_obs, next_state = jax.lax.stop_gradient(env.auto_reset(kr, next_obs, next_state, done, params))
         return (next_state, next_obs, acc), tr
 
     if until is not None:
@@ -103,7 +102,7 @@ def deterministic(policy):
 
 
 def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool = False, obs_moments: bool = True,
-            auto_reset: bool | None = None, start=None):
+            auto_reset: bool | None = None, start=None, info_sums=()):
     """Episode metrics of `policy(obs) -> action` over `max_steps` steps from a fresh reset.
 
     `start`: (obs, state) to begin from instead of `env.reset(k, params)` (e.g. chosen days).
@@ -111,7 +110,8 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
       metrics: episode_return [*B] (sum of rewards up to and including the first `done`; when
         `max_steps` crosses episode boundaries, the sum over all of them), episode_cost [*B, C]
         (same span), episode_length [*B], and (with `obs_moments`) obs_mean / obs_var [obs_dim]
-        and obs_count over every observation the policy saw in a live episode.
+        and obs_count over every observation the policy saw in a live episode; for each name in
+        `info_sums`, that per-step `info` entry summed over the same span (e.g. "layer_moved").
       trajectories: None, or with `keep_trajectory` a dict of obs, action, reward, costs, done [max_steps, *B, ...].
     *B is the batch shape of the env (empty for a single env, [num_envs] for a TrainingWrapper).
     `auto_reset` forces the step kind (default: resets only when `max_steps` exceeds the horizon).
@@ -123,7 +123,8 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
     batch = obs.shape[:-1]
 
     def fold(acc, tr: Transition):
-        alive, ret, cost, length, s1, s2, count = acc
+        alive, ret, cost, length, s1, s2, count, sums = acc
+        sums = {k: v + jnp.where(alive, tr.info[k], 0.0) for k, v in sums.items()}
         if obs_moments:
             flat = tr.obs.reshape(-1, obs_dim) * alive.reshape(-1, 1)
             s1, s2, count = s1 + flat.sum(0), s2 + (flat * flat).sum(0), count + alive.sum()
@@ -132,18 +133,18 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
         length = length + alive.astype(jnp.int32)
         # without resets an episode that ends early must stop counting (a terminated gymnax env keeps stepping)
         alive = alive if crosses else alive & ~tr.done
-        return alive, ret, cost, length, s1, s2, count
+        return alive, ret, cost, length, s1, s2, count, sums
 
     n_costs = env.num_constraints(params)
     zeros = jnp.zeros((obs_dim,), obs.dtype)
     acc0 = (jnp.ones(batch, bool), jnp.zeros(batch, obs.dtype), jnp.zeros(batch + (n_costs,), obs.dtype),
-            jnp.zeros(batch, jnp.int32), zeros, zeros, jnp.zeros((), obs.dtype))
+            jnp.zeros(batch, jnp.int32), zeros, zeros, jnp.zeros((), obs.dtype), {k: jnp.zeros(batch, obs.dtype) for k in info_sums})
     # episodes that can end before the horizon (gymnax): stop once every one has (nothing changes after)
     until = (lambda acc: ~jnp.any(acc[0])) if getattr(env, "ends_early", False) and not crosses and not keep_trajectory else None
     _, _, traj, acc = collect(env, params, deterministic(policy), k_steps, state, obs, max_steps, reset=crosses,
                               fold=fold, acc=acc0, until=until)
-    _, ret, cost, length, s1, s2, n = acc
-    metrics = {"episode_return": ret, "episode_cost": cost, "episode_length": length}
+    _, ret, cost, length, s1, s2, n, sums = acc
+    metrics = {"episode_return": ret, "episode_cost": cost, "episode_length": length, **sums}
     if obs_moments:
         n = jnp.maximum(n, 1.0)
         mean = s1 / n
@@ -152,6 +153,21 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
     if keep_trajectory:
         trajectories = {"obs": traj.obs, "action": traj.action, "reward": traj.reward, "costs": traj.costs, "done": traj.done}
     return metrics, trajectories
+
+
+def play_days(env, params, policy, days=None, key=None, info_sums=()):
+    """Each of `days` (default every day of `params`) played once from its start of day by
+    `policy(obs) -> action`, vmapped over the days (traceable; jit it or call it inside jit): the metrics
+    of `rollout` without observation moments, with a leading [n_days] axis. `key` (default key 0) seeds
+    the same step keys on every day."""
+    days = jnp.arange(env.num_days(params), dtype=jnp.int32) if days is None else jnp.asarray(days, jnp.int32)
+    key = jax.random.key(0) if key is None else key
+
+    def one(day):
+        return rollout(env, policy, key, params.max_steps, params, obs_moments=False,
+                       start=env.reset_to_day(day, params), info_sums=info_sums)[0]
+
+    return jax.vmap(one)(days)
 
 
 @struct.dataclass

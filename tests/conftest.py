@@ -1,5 +1,13 @@
 """Shared fixtures and reference-solver helpers (PYPOWER is MATPOWER's direct port)."""
+import os
+import tempfile
 import warnings
+
+# Every program compiled in the suite is kept on disk (JAX's persistent compilation cache), before JAX is
+# imported so that the `evogrid` subprocesses the CLI tests start inherit it: a program the suite compiled
+# once (the same workflow step in another test or process) is loaded instead of compiled again.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "evogrid-tests-jax-cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
 
 import numpy as np
 import pytest

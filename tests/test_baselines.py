@@ -327,3 +327,31 @@ def test_myopic_policy_recovers_after_a_step_beyond_capacity():
         returns, costs = myopic_policy(env, params)
     names = env.constraint_names(params)
     assert np.all(np.isfinite(returns)) and costs[0, names.index("balance")] > 1.0 and costs[0, names.index("ramp")] > 1.0
+
+
+def test_every_family_registers_its_reference_and_a_new_one_needs_no_branch(tmp_path, monkeypatch):
+    """Each built-in family has a reference (the AC one for -ac transmission tasks, the family's for the
+    others); one registered for a suffix wins over the family's, and `baseline` builds, caches and
+    reads back a report through it alone."""
+    from evogrid.baselines import report as ref_mod
+    from evogrid.envs.registry import FAMILIES, list_tasks, parse_task
+
+    for family in FAMILIES:
+        task = next(t for t in list_tasks() if parse_task(t).family == family)
+        assert baselines.reference(task) is not None, task
+    assert baselines.reference("tso-case14-ac").words(parse_task("tso-case14-ac")).startswith("reference: each step's AC-OPF")
+    assert baselines.reference("tso-case14").operators and not baselines.reference("tso-case14-ac").operators
+    assert baselines.reference("gymnax:CartPole-v1") is None and not baselines.supported("gymnax:CartPole-v1")
+
+    calls = []
+
+    def build(env, params, task, progress):
+        calls.append(task.suffixes)
+        return {"days": 2, "oracle_kind": "toy", "oracle": {"status": ["optimal", "infeasible"], "cost": [1.0, None],
+                                                            "binding": {}}, "myopic": None, "summary": {}}
+
+    monkeypatch.setitem(ref_mod._REFERENCES, ("tso", "real"), ref_mod.Reference(build, lambda t: "toy", lambda s: []))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    report = baselines.baseline("tso-case5-real", split="val")
+    assert calls == [("real",)] and report["oracle_kind"] == "toy" and baselines.solved_days(report) == [0]
+    assert baselines.baseline("tso-case5-real", split="val") == report and len(calls) == 1   # cached

@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from evogrid.baselines.report import Reference, binding_rows, register_reference, schedule_report
 from evogrid.baselines.solvers import solve_qp
 from evogrid.baselines.tso import DaySchedule
 
@@ -116,3 +117,10 @@ def _day_lp(params, d: int, g):
     c[idx("u", 0):idx("u", T)] = dt * f["fuel_idle"] * f["diesel_max"] * fuel_cost
     part = lambda name: slice(idx(name, 0), idx(name, T))  # noqa: E731
     return c * f["reward_scale"], A, np.array(r_lo), np.array(r_up), lo, up, part
+
+
+register_reference("dcmg", Reference(
+    lambda env, params, task, progress: schedule_report(lp_bound(params), "lp_bound"),
+    lambda task: "oracle: a perfect-foresight LP lower bound on each day's cost, HiGHS",
+    lambda s: [("bound on the mean return", f"{s['oracle_return']:.4f}"),
+               ("days without a feasible schedule", f"{s['infeasible_days']}"), *binding_rows(s)]))

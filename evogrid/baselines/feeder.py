@@ -27,11 +27,14 @@ little: gaps can be slightly negative.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
+from evogrid.baselines.report import Reference, binding_rows, percent, register_reference, schedule_report
 from evogrid.baselines.solvers import solve_qp
 from evogrid.baselines.tso import DaySchedule
 from evogrid.envs.dist import flex_action
@@ -46,8 +49,8 @@ def feeder_oracle(env, params, days=None) -> list[DaySchedule]:
     its limit (within 1e-3 p.u.) at some step of the replay, `binding["battery"]` (DERs) that some battery
     reaches its power rating or its state-of-charge band. Status "infeasible": no schedule even in the
     (optimistic) linear model; "violates": the replay still breaks a limit."""
-    # the schedule is measured and replayed on the physics alone: the env's voltage correction (dso) would move
-    # an iterate outside the band and hide the linear model's error; a schedule within the band it leaves as is
+    # the schedule is replayed on the physics alone (no safety layer): a layer would move an iterate
+    # outside the band and hide the linear model's error
     play = replay_fn(env, params)
     out = []
     for d in range(np.asarray(params.load_p).shape[0]) if days is None else days:
@@ -205,3 +208,26 @@ def _day_qp(params, d, offset):
         battery = bool(np.any(np.abs(p_bat) >= p_max - 1e-6) or np.any(soc <= soc_lo + 1e-6) or np.any(soc >= soc_hi - 1e-6))
     u_lin = u0 + xs @ A_v.T + offset
     return sol, np.clip(np.concatenate(acts, axis=1), -1.0, 1.0), u_lin, battery
+
+
+def _reference_report(env, params, task, progress) -> dict:
+    report = schedule_report(feeder_oracle(env, params), "feeder_schedule")
+    play, zero = replay_fn(env, params), np.zeros((params.max_steps, env.action_space(params).shape[0]))
+    uncontrolled = [play(d, zero)[:2] for d in range(report["days"])]
+    report["no_control"] = {"return": [r for r, _ in uncontrolled], "violation": [float(c.sum()) for _, c in uncontrolled]}
+    report["summary"].update(no_control_return=float(np.mean(report["no_control"]["return"])),
+                             no_control_feasible_share=float(np.mean(np.asarray(report["no_control"]["violation"]) <= 1e-6)))
+    return report
+
+
+def _reference_rows(s) -> list[tuple[str, str]]:
+    return [("oracle mean return", f"{s['oracle_return']:.4f}"), ("days without a feasible schedule", f"{s['infeasible_days']}"),
+            *binding_rows(s), ("no-control mean return", f"{s['no_control_return']:.4f}"),
+            ("no-control feasible days", percent(s["no_control_feasible_share"]))]
+
+
+FEEDER_REFERENCE = Reference(
+    _reference_report, lambda task: "oracle: the day's perfect-foresight LinDistFlow QP, Clarabel, voltages corrected "
+    "by the sweep power flow, replayed through the env", _reference_rows)
+register_reference("dso", dataclasses.replace(FEEDER_REFERENCE, operators=True))
+register_reference("ders", FEEDER_REFERENCE)

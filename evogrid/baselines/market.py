@@ -11,22 +11,30 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evogrid.rollout import collect
+from evogrid.baselines.report import Reference, register_reference
+from evogrid.rollout import play_days
 
 
 def competitive_days(env, params):
     """Per day of `params`, played with zero mark-ups: (summed profit in reward units, load-weighted mean
     price $/MWh, consumer payment $) as arrays [n_days]."""
     n_act = env.action_space(params).shape[0]
-
-    @jax.jit
-    def play(day):
-        obs, state = env.reset_to_day(day, params)
-        _, _, traj, _ = collect(env, params, lambda k, o: (-jnp.ones(n_act), None), jax.random.key(0), state, obs,
-                                params.max_steps, reset=False)
-        return traj.reward.sum(), traj.info["consumer_payment"].sum()
-
-    days = jnp.arange(env.num_days(params), dtype=jnp.int32)
-    profit, payment = jax.vmap(play)(days)
+    m = jax.jit(lambda: play_days(env, params, lambda obs: -jnp.ones(n_act, obs.dtype), info_sums=("consumer_payment",)))()
+    profit, payment = (np.asarray(m[k], np.float64) for k in ("episode_return", "consumer_payment"))
     energy = np.asarray(params.load, np.float64).sum((1, 2)) * params.delta_t_hours   # MWh per day
-    return np.asarray(profit, np.float64), np.asarray(payment, np.float64) / energy, np.asarray(payment, np.float64)
+    return profit, payment / energy, payment
+
+
+def _reference_report(env, params, task, progress) -> dict:
+    profit, price, payment = competitive_days(env, params)
+    return {"days": int(len(profit)), "oracle_kind": "competitive", "oracle": None, "myopic": None,
+            "competitive": {"return": profit.tolist(), "price": price.tolist(), "consumer_payment": payment.tolist()},
+            "summary": {"competitive_return": float(profit.mean()), "competitive_price": float(price.mean()),
+                        "consumer_payment": float(payment.mean())}}
+
+
+register_reference("gencos", Reference(
+    _reference_report, lambda task: "reference: every company offers at cost",
+    lambda s: [("competitive mean price", f"{s['competitive_price']:.4f} $/MWh (load-weighted)"),
+               ("companies' summed profit", f"{s['competitive_return']:.4f}"),
+               ("consumer payment", f"{s['consumer_payment']:.1f} $ per day")], gap=False))

@@ -13,25 +13,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from evogrid.baselines import tso
+from evogrid.rollout import play_days
 
 
-def play_days(env, params, policy, days=None):
-    """(returns [n], summed costs [n, C], MWh the layer moved [n]) of `policy(obs) -> action` on each day of
-    `params` (default all) from its start, deterministically (one compiled program, vmapped over days)."""
-    days = jnp.arange(env.num_days(params), dtype=jnp.int32) if days is None else jnp.asarray(days, jnp.int32)
+def day_figures(env, params, policy):
+    """(returns [n], summed costs [n, C], MWh the safety layer moved [n]; zeros without one), float64, of
+    `policy(obs) -> action` on every day of `params` (`rollout.play_days`, compiled once per call)."""
+    from evogrid.safety import Shielded
 
-    def one(day):
-        start = env.reset_to_day(day, params)
-
-        def step(carry, key):
-            obs, state = carry
-            obs, state, reward, costs, _, info = env.step_no_reset(key, state, policy(obs), params)
-            return (obs, state), (reward, costs, info.get("layer_moved", jnp.zeros_like(reward)))
-
-        _, (reward, costs, moved) = jax.lax.scan(step, start, jax.random.split(jax.random.key(0), params.max_steps))
-        return reward.sum(), costs.sum(0), moved.sum()
-
-    return tuple(np.asarray(x, np.float64) for x in jax.jit(jax.vmap(one))(days))
+    sums = ("layer_moved",) if isinstance(env, Shielded) else ()
+    m = jax.jit(lambda: play_days(env, params, policy, info_sums=sums))()
+    moved = m["layer_moved"] if sums else jnp.zeros_like(m["episode_return"])
+    return tuple(np.asarray(x, np.float64) for x in (m["episode_return"], m["episode_cost"], moved))
 
 
 def operator_policies(env, params, progress=None) -> dict:
@@ -52,7 +45,7 @@ def operator_policies(env, params, progress=None) -> dict:
             out[name + tag] = {"return": returns.tolist(), "violation": np.asarray(costs).sum(-1).tolist(),
                                "moved_mwh": moved.tolist(), "layer": layered, "decision_s": decision_s}
 
-        record("zero", *play_days(played, params, zero))
+        record("zero", *day_figures(played, params, zero))
         if type(env) is TransGridEnv and not params.ac:
             layout = observation_layout(params)
 
@@ -60,7 +53,7 @@ def operator_policies(env, params, progress=None) -> dict:
                 last = read_observation(obs, params, layout)["last_pg"]
                 return dispatch_action(params, last, last)
 
-            record("persistence", *play_days(played, params, hold))
+            record("persistence", *day_figures(played, params, hold))
             for name, horizon in (("myopic", 1), ("mpc", 1 + layout[0])):
                 returns, costs, moved, seconds = tso.rolling_policy(
                     played, params, horizon, progress=progress and progress(f"{name}{tag} policy"))

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 
+from evogrid.baselines.report import Reference, binding_rows, percent, register_reference, schedule_report
 from evogrid.baselines.solvers import solve_qp
 from evogrid.envs.trans import dispatch_action
 
@@ -378,3 +379,24 @@ def rolling_policy(env, params, horizon: int = 1, days=None, progress=None):
         costs.append(cost)
         moved.append(mwh)
     return np.array(returns), np.array(costs), np.array(moved), solve_s / max(solves, 1)
+
+
+def _reference_report(env, params, task, progress) -> dict:
+    oracle = dc_opf_oracle(params, progress=progress("multi-period DC-OPF"))
+    return schedule_report(oracle, "schedule", *myopic_policy(env, params, progress=progress("myopic policy")))
+
+
+def _reference_words(task) -> str:
+    secure = "security-constrained (N-1, outages foreseen) " if task.options.get("n1") else ""
+    return (f"oracle: perfect-foresight {secure}multi-period DC-OPF, Clarabel/HiGHS; myopic: the same for one "
+            "step, within ramp limits")
+
+
+def _reference_rows(s) -> list[tuple[str, str]]:
+    return [("oracle mean return", f"{s['oracle_return']:.4f}"), ("oracle infeasible days", f"{s['infeasible_days']}"),
+            *binding_rows(s), ("myopic mean return", f"{s['myopic_return']:.4f}"),
+            ("myopic feasible days", percent(s["myopic_feasible_share"])),
+            ("myopic gap to the oracle", f"{s['myopic_gap_pct']:.3f}% of cost")]
+
+
+register_reference("tso", Reference(_reference_report, _reference_words, _reference_rows, operators=True))

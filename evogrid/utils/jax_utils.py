@@ -11,6 +11,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from evogrid.rollout import batch_reset, batch_step, scan_rollout, split_key_for_envs  # noqa: F401  (one way: rollout imports nothing from here)
+
 
 def jit_method(*, static_argnums=(0,), static_argnames=None, donate_argnums=()):
     """Decorate a method with `jax.jit`, treating `self` (argument 0) as static.
@@ -129,13 +131,3 @@ def held_projection_step(a, r, n_eq, x, lo, hi, damping, sweeps: int):
 
     d = solve(jnp.ones(x.shape, bool))
     return solve(~(((x <= lo) & (d < 0)) | ((x >= hi) & (d > 0))))
-
-_ROLLOUT_HELPERS = ("split_key_for_envs", "batch_reset", "batch_step", "scan_rollout")
-
-
-def __getattr__(name):  # the PowerZooJax import path, resolved lazily (evogrid.rollout imports this module)
-    if name in _ROLLOUT_HELPERS:
-        from evogrid import rollout
-
-        return getattr(rollout, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

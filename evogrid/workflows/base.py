@@ -26,7 +26,7 @@ from flax import struct
 
 from evogrid.envs import make
 from evogrid.envs.wrappers import TrainingWrapper
-from evogrid.rollout import rollout
+from evogrid.rollout import play_days, rollout
 from evogrid.utils.checkpoint import Checkpointer
 from evogrid.utils.jax_utils import jit_method
 from evogrid.utils.rundir import RunDir, flatten_row
@@ -59,13 +59,9 @@ class Chosen:
     which may have no feasible schedule at all (tso-case5 has one such validation day, dso-case33bw
     about half, by the oracle), violation is weighed against the return as training weighs it: the
     score is the mean return minus those days' costs times the constraint mechanism's current weights
-    (`Lagrangian.weights`). Counting every day's violation first made the choice chase the least
-    unavoidable violation instead of the return (measured: dso-case33bw's choice stayed near the cost
-    of no control); ignoring the unmet days kept a policy that overloads tso-case118's lines 100 times
-    more than the one beside it. Once a policy meets a day, the day counts first for every policy, the
-    kept one included. Days missed come before the violation's size: ranked by mean violation alone, a
-    policy 0.01 MW over on most days beat one that met all but two, and the choice drifted to the former
-    as training went on (tso-case14, Sep_CMA_ES, 600 generations: 1 feasible test day of 16, now 14)."""
+    (`Lagrangian.weights`). Once a policy meets a day, the day counts first for every policy, the
+    kept one included; days missed come before the violation's size. Why neither the violation alone
+    nor the return alone: docs/design/choices.md."""
 
     ret: jnp.ndarray        # mean validation return of the kept policy (-inf before the first choice)
     day_cost: jnp.ndarray   # [n_val, C] its summed cost per channel on each validation day (+inf before)
@@ -119,11 +115,11 @@ class Workflow:
         and test days are built from the task when first needed. With your own params, validation and
         evaluation use them too. With the config's `safety` on (or "auto" on a task that has one) the
         task's safety layer stands between every policy the workflow plays and the env (`evogrid.safety`);
-        `self.layer_on` says whether it does."""
+        `self.layer_on` says whether it does; `self.own_params` whether you passed the env."""
         from evogrid.safety import Shielded, shield
 
         self.config = config
-        self._own_params = env is not None
+        self.own_params = env is not None
         if env is None:
             env, env_params = make(config.task, split="train")
         if not isinstance(env, Shielded):
@@ -143,7 +139,7 @@ class Workflow:
     def split_params(self, split: str):
         """The params of the task's "val", "train+val" or "test" days (the training params when you passed
         your own)."""
-        if self._own_params:
+        if self.own_params:
             return self.env_params
         if split not in self._splits:
             with jax.ensure_compile_time_eval():
@@ -194,18 +190,12 @@ class Workflow:
         day, deterministically: (returns [n_days], summed costs [n_days, C]). Tasks without days (gymnax)
         play `eval_episodes` seeded episodes instead."""
         key = jax.random.key(EVAL_SEED)
-        n_days = self.env.num_days(params)
-        if n_days is None:
+        if self.env.num_days(params) is None:
             env = TrainingWrapper(self.env, self.config.eval_episodes)
             metrics, _ = rollout(env, policy, key, params.max_steps, params, obs_moments=False)
-            return metrics["episode_return"], metrics["episode_cost"]
-
-        def one(day):
-            start = self.env.reset_to_day(day, params)
-            metrics, _ = rollout(self.env, policy, key, params.max_steps, params, obs_moments=False, start=start)
-            return metrics["episode_return"], metrics["episode_cost"]
-
-        return jax.vmap(one)(jnp.arange(n_days, dtype=jnp.int32))
+        else:
+            metrics = play_days(self.env, params, policy, key=key)
+        return metrics["episode_return"], metrics["episode_cost"]
 
     def validation_score(self, policy):
         """(mean return, summed cost per channel of each validation day [n_val, C]) of a policy."""
