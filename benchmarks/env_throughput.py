@@ -30,6 +30,7 @@ from evogrid.safety import shield
 from evogrid.utils.jax_utils import batch_reset, scan_rollout, split_key_for_envs
 
 LAYER = " + layer"  # rows whose random actions pass through the task's safety layer
+P_ONLY = " (P only, chord)"  # AC rows as the AC tasks were before voltage actions and reactive limits
 
 # A peer JAX suite on a 2-core machine like ours (figures quoted in the issue, float32).
 PEER = {("5", "DC"): 5.0e6, ("14", "DC"): 2.0e6, ("118", "DC"): 0.29e6, ("14", "AC"): 30e3, ("118", "AC"): 65.0}
@@ -47,8 +48,9 @@ def _time(fn, key, repeats):
     return min(times)
 
 
-def evogrid_rate(task: str, n_envs: int, horizon: int, repeats: int, layer: bool = False):
-    env, params = make(task, max_steps=horizon) if horizon else make(task)
+def evogrid_rate(task: str, n_envs: int, horizon: int, repeats: int, layer: bool = False, p_only: bool = False):
+    options = {"voltage_control": False, "enforce_q_limits": False} if p_only else {}
+    env, params = make(task, max_steps=horizon, **options) if horizon else make(task, **options)
     if layer:
         env = shield(env, params)
     horizon = params.max_steps
@@ -123,18 +125,19 @@ def main():
     # the DC rows twice: the env alone, which is what the peer and pandapower compute (one power flow per
     # step), and with the security redispatch in front
     dc = [(f"tso-case{c}", c, False, n_envs, PEER[(c, "DC")]) for c in ("5", "14", "118")]
+    ac = [("tso-case14-ac", "14", True, n_envs, PEER[("14", "AC")]), ("tso-case118-ac", "118", True, n_envs, PEER[("118", "AC")])]
     rows = [r for row in dc for r in (row, (row[0] + LAYER,) + row[1:])] + [
-            ("tso-case14-ac", "14", True, n_envs, PEER[("14", "AC")]),
-            ("tso-case118-ac", "118", True, n_envs, PEER[("118", "AC")]), ("dso-case33bw", "33bw", True, n_envs // 2, None),
+            r for row in ac for r in ((row[0] + P_ONLY,) + row[1:], row)] + [("dso-case33bw", "33bw", True, n_envs // 2, None),
             ("dso-case33bw" + LAYER, "33bw", True, n_envs // 2, None),
             ("ders-case141", "141", True, n_envs // 2, None), ("dcmg", None, False, n_envs // 4, None),
             ("gencos-case5", None, False, n_envs, None)]
     if args.tasks:
         wanted = [t.strip() for t in args.tasks.split(",") if t.strip()]
-        known = sorted({row[0].removesuffix(LAYER) for row in rows})
+        base = lambda name: name.removesuffix(LAYER).removesuffix(P_ONLY)  # noqa: E731
+        known = sorted({base(row[0]) for row in rows})
         if unknown := [t for t in wanted if t not in known]:
             ap.error(f"unknown rows {unknown}; the rows are {', '.join(known)}")
-        rows = [row for row in rows if row[0].removesuffix(LAYER) in wanted]
+        rows = [row for row in rows if base(row[0]) in wanted]
     print(f"# evogrid figures: best of {repeats} calls after the first (compile) call; run-to-run spread on a")
     print("# 2-core VM is about +-20%. pandapower: its own caseN network, one solve per step in Python.")
     header = ("task", "N", "evogrid steps/s", "full-traj steps/s", "compile s", "converged",
@@ -149,8 +152,8 @@ def main():
     except ImportError:
         have_pp = False
         print("# pandapower is not installed (`pip install -e .[test]`): its columns show n/a")
-    measured = [(row, *evogrid_rate(row[0].removesuffix(LAYER), row[3], 0 if row[0] == "dcmg" else horizon, repeats,
-                                    row[0].endswith(LAYER))) for row in rows]
+    measured = [(row, *evogrid_rate(row[0].removesuffix(LAYER).removesuffix(P_ONLY), row[3], 0 if row[0] == "dcmg" else horizon,
+                                    repeats, row[0].endswith(LAYER), row[0].endswith(P_ONLY))) for row in rows]
     for (task, pp_case, ac, n, peer), lean, full, compile_s, conv in measured:  # pandapower after, so its threads do not overlap ours
         ref_cols = "- | -" if have_pp or not pp_case else "n/a | n/a"
         if pp_case and have_pp:

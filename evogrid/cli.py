@@ -433,7 +433,7 @@ def _baseline(args) -> int:
 
     try:
         report = baselines.baseline(args.task, split=args.split, refresh=args.refresh, operators=True)
-    except ValueError as err:
+    except (ValueError, ImportError) as err:   # an unknown task; the AC reference's optional PYPOWER
         raise UsageError(str(err)) from None
     s, ref = report["summary"], baselines.reference(args.task)
     print(f"evogrid baseline: {args.task}, {report['days']} {args.split} days ({ref.words(parse_task(args.task))}; "

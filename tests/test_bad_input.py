@@ -150,3 +150,25 @@ def test_unwritable_out_is_refused(tmp_path, capsys):
     locked.mkdir(mode=0o500)
     code, _, err = _run(capsys, "train", *SMALL, "--generations", "1", "--out", str(locked / "run"))
     assert code == 2 and "is not a writable directory" in err
+
+
+def test_ac_task_bad_input(monkeypatch, capsys, tmp_path):
+    """Voltage set-point actions on a DC task, an AC task on a case without reactive data, and the AC
+    reference without PYPOWER: one clear line each."""
+    import dataclasses
+    import sys
+
+    from evogrid.case.matpower import QD, QMAX, QMIN
+
+    with pytest.raises(ValueError, match="voltage set-point actions need the AC model"):
+        make_trans_params("14", n_days=2, voltage_control=True)
+    case = load_case("5")
+    bus, gen = case.bus.copy(), case.gen.copy()
+    bus[:, QD], gen[:, QMIN], gen[:, QMAX] = 0.0, 0.0, 0.0
+    with pytest.raises(ValueError, match="case5 has no reactive data"):
+        make_trans_params(dataclasses.replace(case, bus=bus, gen=gen), n_days=2, ac=True)
+    monkeypatch.setitem(sys.modules, "pypower.api", None)   # as if PYPOWER were not installed
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))   # no cached report to fall back on
+    assert cli.main(["baseline", "--task", "tso-case5-ac"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == 'evogrid: the AC-OPF reference needs PYPOWER: pip install -e ".[oracles]"'

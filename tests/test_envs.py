@@ -8,7 +8,7 @@ from conftest import ppc_of, pypower_opts
 from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
-from evogrid.envs.trans import dispatch_action, setpoints_in_band
+from evogrid.envs.trans import dispatch_action, setpoints_in_band, voltage_action
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
 CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
@@ -60,6 +60,8 @@ def test_step_auto_reset_stops_gradients(task):
 
     if hasattr(state, "pg"):  # TSO: ask every unit for its previous output, so no ramp limit binds
         action = dispatch_action(params, state.pg, state.pg)
+        if params.voltage_control:   # AC: and every voltage-controlled bus for the case's set-point
+            action = jnp.concatenate([action, voltage_action(params, params.v_set)])
     else:
         action = jnp.full((n_act,), 0.1)
     g_plain = jax.jit(jax.grad(lambda a: through(env.step, a)))(action)
@@ -220,17 +222,29 @@ def test_thermal_cost_is_positive_when_a_line_overloads():
         np.testing.assert_allclose(float(costs[0]), (flow[5] - 240.0) / 100.0, rtol=1e-12)
 
 
+def _ppc_at_setpoints(case, params, vset):
+    """The case as PYPOWER's input with every unit's voltage set-point (VG) at `vset` [n_vbus] of its bus."""
+    ppc = ppc_of(case)
+    vbus = list(np.argmax(np.asarray(params.vbus_incidence), axis=1))
+    ppc["gen"][:, VG] = np.asarray(vset)[[vbus.index(b) for b in case.gen_bus]]
+    return ppc
+
+
 @pytest.mark.parametrize("method, iters", [("chord", 25), ("newton", 6)])
 def test_ac_mode_matches_pypower_for_the_env_dispatch(method, iters):
-    """The AC env's solved state equals PYPOWER's runpf for the same dispatch and loads, with both solvers."""
+    """The AC env's solved state equals PYPOWER's runpf for the same dispatch, voltage set-points (the
+    policy's, mapped onto each bus's band) and loads, with both solvers; `info` reports the set-points."""
     from pypower.api import runpf
 
     with jax.enable_x64(True):
         case = load_case("14")
         params = make_trans_params(case, max_steps=4, n_days=2, ac=True, ac_method=method, ac_iters=iters)
-        _, (_, new, _, costs, _, info) = _one_step(params, jnp.array([0.0, 0.5, -0.5, 0.2, 0.9]), day=1)
+        action = jnp.array([0.0, 0.5, -0.5, 0.2, 0.9, 0.3, -0.2, 0.6, 0.1, -0.4])
+        _, (_, new, _, costs, _, info) = _one_step(params, action, day=1)
         assert float(info["converged"]) == 1.0 and float(costs[-1]) == 0.0
-        ppc = ppc_of(setpoints_in_band(case))   # the env's set-points (1.07, 1.09 p.u. clipped to VMAX 1.06)
+        vset = np.asarray(info["voltage_setpoints"])
+        np.testing.assert_allclose(vset, 0.94 + 0.5 * (np.asarray(action[5:]) + 1.0) * 0.12, atol=1e-12)
+        ppc = _ppc_at_setpoints(case, params, vset)
         ppc["bus"][:, PD] = np.asarray(params.load_p[1, 0])
         ppc["bus"][:, QD] = np.asarray(params.load_q[1, 0])
         ppc["gen"][:, PG] = np.asarray(new.pg)
@@ -255,9 +269,11 @@ def test_ac_env_with_q_limits_matches_pandapower():
         load_p = np.broadcast_to(1.6 * case.bus[:, PD], (1, 2, case.n_bus))
         load_q = np.broadcast_to(1.6 * case.bus[:, QD], (1, 2, case.n_bus))
         action = jnp.array([0.0, 0.8, 0.5, 0.2, 0.9])
-        params = make_trans_params(case, max_steps=2, ac=True, enforce_q_limits=True, load_p=load_p, load_q=load_q)
+        params = make_trans_params(case, max_steps=2, ac=True, enforce_q_limits=True, load_p=load_p, load_q=load_q,
+                                   voltage_control=False)
         _, (_, new, _, _, _, info) = _one_step(params, action)
-        plain = make_trans_params(case, max_steps=2, ac=True, ac_method="newton", load_p=load_p, load_q=load_q)
+        plain = make_trans_params(case, max_steps=2, ac=True, ac_method="newton", load_p=load_p, load_q=load_q,
+                                  voltage_control=False)
         _, (_, new_plain, *_) = _one_step(plain, action)
     assert float(info["converged"]) == 1.0
     net = pn.case14()  # its buses, loads and units in the MATPOWER file's order (0-based)
@@ -275,8 +291,8 @@ def test_ac_env_with_q_limits_matches_pandapower():
 
 @pytest.mark.parametrize("name", ["14", "57", "118"])
 def test_ac_env_converges_wherever_pypower_does_on_random_actions(name):
-    """Default AC mode (chord, float64): on 12 random-action steps, every step PYPOWER solves is reported
-    converged, at PYPOWER's state to 1e-6 p.u. / 1e-5 degrees."""
+    """AC mode (chord, float64) with random active and voltage set-points (12 steps): every step PYPOWER
+    solves at the applied set-points is reported converged, at PYPOWER's state to 1e-6 p.u. / 1e-5 degrees."""
     from pypower.api import runpf
 
     with jax.enable_x64(True):
@@ -284,10 +300,11 @@ def test_ac_env_converges_wherever_pypower_does_on_random_actions(name):
         params = make_trans_params(case, max_steps=12, n_days=1, ac=True)
         env, step = TransGridEnv(), jax.jit(TransGridEnv().step_env)
         state = jax.tree_util.tree_map(lambda x: x[0], params.init)
-        actions = jax.random.uniform(jax.random.key(int(name)), (12, case.n_units), minval=-1, maxval=1)
+        n_act = env.action_space(params).shape[0]
+        actions = jax.random.uniform(jax.random.key(int(name)), (12, n_act), minval=-1, maxval=1)
         for t in range(12):
             _, state, _, costs, _, info = step(jax.random.key(t), state, actions[t], params)
-            ppc = ppc_of(setpoints_in_band(case))
+            ppc = _ppc_at_setpoints(setpoints_in_band(case), params, info["voltage_setpoints"])
             ppc["bus"][:, PD], ppc["bus"][:, QD] = np.asarray(params.load_p[0, t]), np.asarray(params.load_q[0, t])
             ppc["gen"][:, PG] = np.asarray(state.pg)
             ref, ok = runpf(ppc, pypower_opts())

@@ -44,6 +44,7 @@ class DaySchedule:
     pg: np.ndarray | None = None       # [T, n_units] MW
     binding: dict = field(default_factory=dict)   # limit name -> whether it binds at some step ("line", "ramp", ...)
     n1_rows: int = 0                   # N-1 rows constraint generation added
+    vm: np.ndarray | None = None       # [T, n_vbus] p.u. voltages of the voltage-controlled buses (AC reference)
 
 
 class _Problem:

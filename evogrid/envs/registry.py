@@ -14,7 +14,7 @@ import dataclasses
 from evogrid.case import list_cases
 
 RADIAL_FEEDERS = ("33bw", "141")  # distribution feeders: DSO/DERs tasks, not TSO dispatch
-TSO_SUFFIXES = {"ac": {"ac": True}, "n1": {"n1": True, "outages_per_day": 2.0}}
+TSO_SUFFIXES = {"ac": {"ac": True, "enforce_q_limits": True}, "n1": {"n1": True, "outages_per_day": 2.0}}
 SUFFIXES = {"real": {"profiles": "real"}}  # every task: the shipped year of real profiles (evogrid.data)
 _TASKS = {}  # prefix -> (env class, params factory, case names it accepts)
 FAMILIES = {"tso": "transmission dispatch",
@@ -22,7 +22,7 @@ FAMILIES = {"tso": "transmission dispatch",
             "ders": "batteries, PV and flexible loads on a radial feeder",
             "dcmg": "data-centre microgrid, 288 five-minute steps",
             "gencos": "generation companies bidding into a cleared market"}
-SUFFIX_TEXT = {"ac": "AC Newton-Raphson power flow, no safety layer", "n1": "N-1 screening and random line outages",
+SUFFIX_TEXT = {"ac": "AC Newton-Raphson power flow with reactive limits, voltage set-point actions, no safety layer", "n1": "N-1 screening and random line outages",
                "real": "the shipped year of real profiles, calendar splits"}
 
 

@@ -88,6 +88,7 @@ from evogrid.envs.trans_rules import (
     setpoints_in_band,
     start_dispatch,
 )
+from evogrid.physics.ac import bus_types
 from evogrid.physics import (
     ACNetwork,
     DCNetwork,
@@ -120,6 +121,7 @@ class TransState(EnvState):
     flow: jnp.ndarray     # [n_branch] MW (DC, signed from->to) or MVA (AC, larger end)
     vm: jnp.ndarray       # [n_bus] p.u. in AC mode (warm start of the next solve); empty in DC mode
     va: jnp.ndarray       # [n_bus] rad in AC mode; empty in DC mode
+    qg: jnp.ndarray       # [n_vbus] MVAr the units of each voltage-controlled bus produce (AC); empty in DC mode
 
 
 @struct.dataclass
@@ -154,8 +156,13 @@ class TransParams(EnvParams):
     n1_rate: jnp.ndarray | None = None   # [n_branch] MW post-contingency limit
     q_min: jnp.ndarray | None = None     # [n_bus] MVAr units' summed reactive limits (enforce_q_limits)
     q_max: jnp.ndarray | None = None
+    v_set: jnp.ndarray | None = None     # [n_vbus] p.u. the case's voltage set-points of the buses with units (AC)
+    v_lo: jnp.ndarray | None = None      # [n_vbus] p.u. the band voltage actions map onto (the bus's VMIN, VMAX)
+    v_hi: jnp.ndarray | None = None
+    vbus_incidence: jnp.ndarray | None = None  # [n_vbus, n_bus] 1.0 at each voltage-controlled bus
     base_mva: float = struct.field(pytree_node=False, default=100.0)
     ac: bool = struct.field(pytree_node=False, default=False)
+    voltage_control: bool = struct.field(pytree_node=False, default=False)
     ac_iters: int = struct.field(pytree_node=False, default=10)
 
 
@@ -173,14 +180,24 @@ class TransGridEnv(Environment):
         t = state.time_step
         load_p = params.load_p[state.day, t]
         load_q = params.load_q[state.day, t]
+        n_units = params.pmax.shape[0]
         lo, hi = ramp_window(state.pg, params)
         demand = jnp.sum(load_p) + params.dc.gs_total
-        pg = follow_load(lo + 0.5 * (action + 1.0) * (hi - lo), lo, hi, demand)
+        if params.ac:   # the control also covers the losses: the last interval's, scaled as the load squared
+            last_load = jnp.sum(params.load_p[state.day, jnp.maximum(t - 1, 0)])
+            losses = jnp.sum(state.pg) - last_load - params.dc.gs_total
+            demand = demand + losses * (jnp.sum(load_p) / last_load) ** 2
+        pg = follow_load(lo + 0.5 * (action[:n_units] + 1.0) * (hi - lo), lo, hi, demand)
+        vset = voltage_setpoints(action[n_units:], params) if params.voltage_control else params.v_set
         out = params.outage_schedule[state.day, t]
         rate = params.rate
         if params.n1_rate is not None and out.shape[0]:  # a trip this step: flows within emergency ratings
             rate = jnp.where(_new_outage(params.outage_schedule, state.day, t), params.n1_rate, rate)
-        pg, flow, vm, va, extra = _solve(pg, load_p, load_q, state, params, out)
+        solved = _solve(pg, vset, load_p, load_q, state, params, out)
+        if params.ac:   # the control then shares what the estimate missed (the slack's excess) and the grid settles
+            pg = follow_load(pg, lo, hi, jnp.sum(solved[0]))
+            solved = _solve(pg, vset, load_p, load_q, state.replace(vm=solved[2], va=solved[3]), params, out)
+        pg, flow, vm, va, qg, extra = solved
 
         # every unit, the slack included, is charged its cost curve at its actual output, also outside
         # [Pmin, Pmax] (a slack pushed below its minimum is credited at its marginal cost), so neither
@@ -208,7 +225,7 @@ class TransGridEnv(Environment):
             costs.append(jnp.sum(jnp.where(void, 0.0, over)))
         costs = jnp.stack(costs) / params.base_mva
         next_t = t + 1
-        new_state = TransState(time_step=next_t, day=state.day, pg=pg, flow=flow, vm=vm, va=va)
+        new_state = TransState(time_step=next_t, day=state.day, pg=pg, flow=flow, vm=vm, va=va, qg=qg)
         done = next_t >= params.max_steps
         info = {
             "dispatch_mw": pg,   # [n_units] the dispatch applied (the slack's from the balance)
@@ -219,12 +236,15 @@ class TransGridEnv(Environment):
             "converged": extra["converged"],
             "islanded": extra["islanded"],
         }
+        if params.ac:
+            info["voltage_setpoints"] = vset   # [n_vbus] p.u. the set-points applied
         return self._obs(new_state, params), new_state, reward, costs, done, info
 
     def _obs(self, state: TransState, params: TransParams):
         """[loads p.u. (n_bus), pg / Pmax (n_units), |flow| / rating (n_branch), sin, cos time of day, progress,
-        and with outage events each branch's status in the interval just past (1 in service, 0 out; n_branch):
-        a trip is a surprise, seen once it has happened]."""
+        the forecast, with outage events each branch's status in the interval just past (1 in service, 0 out;
+        n_branch: a trip is a surprise, seen once it has happened), and in AC mode the bus voltages |V| (p.u.,
+        n_bus) and the reactive output of each voltage-controlled bus's units (p.u. of baseMVA, n_vbus)]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
         parts = [
             params.load_p[state.day, t] * (1.0 / params.base_mva),
@@ -236,15 +256,19 @@ class TransGridEnv(Environment):
             last = jnp.maximum(state.time_step - 1, 0)
             out = _outaged(params.outage_schedule[state.day, last], params.rate.shape[0]) & (state.time_step > 0)
             parts.append(1.0 - out.astype(state.pg.dtype))
+        if params.ac:
+            parts += [state.vm, state.qg * (1.0 / params.base_mva)]
         return jnp.concatenate(parts)
 
     def observation_space(self, params: TransParams) -> Box:
         n = params.load_p.shape[-1] + params.pmax.shape[0] + params.rate.shape[0] + self.time_obs_size(params)
         n += params.rate.shape[0] if params.outage_schedule.shape[-1] else 0
+        n += params.load_p.shape[-1] + params.v_set.shape[0] if params.ac else 0
         return Box(-jnp.inf, jnp.inf, (n,))
 
     def action_space(self, params: TransParams) -> Box:
-        return Box(-1.0, 1.0, (params.pmax.shape[0],))
+        """Every unit's active set-point, then (with `voltage_control`) each voltage-controlled bus's |V| set-point."""
+        return Box(-1.0, 1.0, (params.pmax.shape[0] + (params.v_set.shape[0] if params.voltage_control else 0),))
 
     def grid_view(self, state: TransState, params: TransParams) -> dict:
         t = jnp.clip(state.time_step - 1, 0, params.max_steps - 1)  # the interval just dispatched
@@ -257,7 +281,7 @@ class TransGridEnv(Environment):
     def units(self, params: TransParams) -> dict[str, str]:
         steps = "p.u. of baseMVA x steps"
         return {"return": f"{money_unit(params.reward_scale)} per day (minus generation cost)",
-                "thermal": f"flow over rating, {steps}", "balance": f"slack output outside its limits, {steps}",
+                "thermal": f"{'MVA' if params.ac else 'MW'} flow over rating, {steps}", "balance": f"slack output outside its limits, {steps}",
                 "ramp": f"slack ramp beyond its limit, {steps}", "voltage": "p.u. of |V| outside its band x buses x steps",
                 "ac_diverged": "steps without a power-flow solution",
                 "n1_thermal": f"post-outage flow over the N-1 rating, summed over outages, {steps}"}
@@ -340,22 +364,36 @@ def _dc_flows(pg, load_p, params: TransParams, out):
     return post, ps, islanded
 
 
-def _solve(pg, load_p, load_q, state, params: TransParams, out):
+def voltage_setpoints(action, params: TransParams):
+    """[n_vbus] p.u.: voltage actions in [-1, 1] mapped linearly onto each bus's [VMIN, VMAX]."""
+    return params.v_lo + 0.5 * (jnp.clip(action, -1.0, 1.0) + 1.0) * (params.v_hi - params.v_lo)
+
+
+def voltage_action(params: TransParams, vm):
+    """The voltage actions [..., n_vbus] that ask for set-points `vm` (the inverse of `voltage_setpoints`)."""
+    span = params.v_hi - params.v_lo
+    return jnp.clip(2.0 * (jnp.asarray(vm) - params.v_lo) / jnp.where(span > 0, span, 1.0) - 1.0, -1.0, 1.0)
+
+
+def _solve(pg, vset, load_p, load_q, state, params: TransParams, out):
     """Power flow for a dispatch whose slack entry is to be determined, with the branches `out` out of
-    service (DC). Returns (pg, flow, vm, va, extra)."""
+    service (DC), or (AC) the voltage-controlled buses held at `vset` [n_vbus]. Returns (pg, flow, vm, va,
+    qg [n_vbus] MVAr, extra)."""
     others = pg * (1.0 - params.slack)
     one = jnp.asarray(1.0, pg.dtype)
     if not params.ac:
         post, ps, islanded = _dc_flows(pg, load_p, params, out)
         extra = {"converged": one, "islanded": islanded.astype(pg.dtype)}
-        return others + ps * params.slack, post, state.vm, state.va, extra
+        return others + ps * params.slack, post, state.vm, state.va, state.qg, extra
     gen_p = others @ params.gen_incidence
     gen_q = params.qg @ params.gen_incidence
     s_bus = ((gen_p - load_p) + 1j * (gen_q - load_q)) / params.base_mva
-    v0 = (state.vm * jnp.exp(1j * state.va)).astype(params.acn.v0.dtype)
+    held = jnp.sum(params.vbus_incidence, axis=0)                       # [n_bus] 1 at voltage-controlled buses
+    vm0 = state.vm * (1.0 - held) + vset.astype(state.vm.dtype) @ params.vbus_incidence
+    v0 = (vm0 * jnp.exp(1j * state.va)).astype(params.acn.v0.dtype)
     if params.q_min is not None:  # PV -> PQ switching at the units' reactive limits
         q_lo, q_hi = ((q - load_q) / params.base_mva for q in (params.q_min, params.q_max))
-        v, converged, _, _ = newton_raphson_q_limits(params.acn, s_bus, q_lo, q_hi, v0, iters=params.ac_iters)
+        v, converged, _, _ = newton_raphson_q_limits(params.acn, s_bus, q_lo, q_hi, v0, iters=params.ac_iters, v_set=v0)
     else:
         v, converged, _ = newton_raphson(params.acn, s_bus, v0, iters=params.ac_iters, jacobian_inverse=params.ac_jinv)
     # no solution (or a non-finite one): keep the previous voltages, so every output stays finite and the
@@ -367,8 +405,9 @@ def _solve(pg, load_p, load_q, state, params: TransParams, out):
     ps = jnp.sum((s_inj.real + load_p - gen_p) * ref)
     s_from, s_to = branch_flows(params.acn, v)
     flow = jnp.maximum(jnp.abs(s_from), jnp.abs(s_to))
+    qg = params.vbus_incidence @ (s_inj.imag * params.base_mva + load_q)
     extra = {"converged": converged.astype(pg.dtype), "islanded": 0.0 * one}
-    return others + ps * params.slack, flow, jnp.abs(v), jnp.angle(v), extra
+    return others + ps * params.slack, flow, jnp.abs(v), jnp.angle(v), qg.astype(pg.dtype), extra
 
 
 def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: float = 0.5, *, ac: bool = False,
@@ -378,7 +417,7 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
                       n1: bool = False, n1_rating: float = N1_RATING, n1_contingencies=None, outages_per_day: float = 0.0,
                       outage_steps: int = 4, max_outages: int = 1, outage_schedule=None,
                       forecast_steps: int | None = None, forecast_error: float = FORECAST_ERROR,
-                      voltage_setpoints: str = "band") -> TransParams:
+                      voltage_setpoints: str = "band", voltage_control: bool | None = None) -> TransParams:
     """Parameters of `TransGridEnv` for a case.
 
     Loads (`profiles`): "synthetic", `n_days` (default 64) seeded days ([n_days, max_steps, n_bus]:
@@ -394,10 +433,18 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     "auto" (default) derives them only for cases without real ones (every RATE_A 0 or >= 9900:
     case14, case57, case118).
 
-    AC mode holds every unit's bus at its voltage set-point. `voltage_setpoints="band"` (default) clips
-    the set-points into their bus's [VMIN, VMAX] (`setpoints_in_band`): IEEE 14's units at buses 6 and 8
-    are set to 1.07 and 1.09 p.u. against a VMAX of 1.06, which would put the `voltage` channel above
-    zero at every step whatever the dispatch; "case" keeps the file's set-points.
+    AC mode holds every unit's bus (PV and reference) at a voltage set-point. With `voltage_control`
+    (default in AC mode) the policy chooses it: the action gains one entry per such bus after the units'
+    active set-points, mapped linearly onto the bus's [VMIN, VMAX] (`voltage_setpoints`; the inverse is
+    `voltage_action`), as an operator sets generator voltages. Without it the case's set-points hold;
+    `voltage_setpoints="band"` (default) clips them into their bus's [VMIN, VMAX] (`setpoints_in_band`):
+    IEEE 14's units at buses 6 and 8 are set to 1.07 and 1.09 p.u. against a VMAX of 1.06, which would
+    put the `voltage` channel above zero at every step whatever the dispatch; "case" keeps the file's.
+    Derived ratings (below) are MVA in AC mode: `derived_ratings` of the AC flows. In AC mode the load
+    following control balances the load plus its estimate of the losses (the last interval's, scaled by
+    the square of the load's change), then shares what the power flow shows the estimate missed (the
+    slack's excess) among the units as it shares the load, and the grid is solved again (warm-started);
+    the slack unit takes the small remainder.
 
     Security (DC mode only): `n1=True` adds the `n1_thermal` channel, screening `n1_contingencies`
     (branch indices; default every branch whose loss does not island the grid) against `n1_rating` x the
@@ -425,6 +472,13 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     ac_method = ac_method or ("newton" if enforce_q_limits else "chord")
     if voltage_setpoints not in ("band", "case"):
         raise ValueError(f"voltage_setpoints must be 'band' or 'case', got {voltage_setpoints!r}")
+    voltage_control = ac if voltage_control is None else bool(voltage_control)
+    if voltage_control and not ac:
+        raise ValueError("voltage set-point actions need the AC model (ac=True, the tso-caseN-ac tasks); the DC "
+                         "model has no voltages")
+    if ac and not (np.any(case.bus[:, QD] != 0) or np.any(case.gen[:, QMAX] != case.gen[:, QMIN])):
+        raise ValueError(f"{case.name} has no reactive data (every bus's QD is 0 and every unit's QMIN equals its "
+                         "QMAX): an AC task would hold no reactive power; use the DC task")
     if ac and voltage_setpoints == "band":
         case = setpoints_in_band(case)
     ac_iters = ac_iters or {"chord": 30, "newton": 10}[ac_method]  # maxima: the solver stops when converged
@@ -475,9 +529,10 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     slack[at_ref[0]] = 1.0
     real = np.isfinite(case.rate_a) & (case.rate_a < 9900)
     derive = ratings == "derived" or (ratings == "auto" and not real.any())
-    rate = derived_ratings(case, rating_margin) if derive else case.rate_a
+    rate = derived_ratings(case, rating_margin, ac=ac) if derive else case.rate_a
     params = TransParams(
         max_steps=max_steps, delta_t_hours=delta_t_hours, base_mva=case.base_mva, ac=ac, ac_iters=ac_iters,
+        voltage_control=voltage_control,
         load_p=as_float(load_p), load_q=as_float(load_q),
         pmin=as_float(gen[:, PMIN]), pmax=as_float(gen[:, PMAX]), ramp=as_float(ramp), qg=as_float(gen[:, QG]),
         rate=as_float(rate), vmin=as_float(case.bus[:, VMIN]), vmax=as_float(case.bus[:, VMAX]),
@@ -489,6 +544,11 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         np.add.at(q_min, case.gen_bus, gen[:, QMIN])
         np.add.at(q_max, case.gen_bus, gen[:, QMAX])
         params = params.replace(q_min=as_float(q_min), q_max=as_float(q_max))
+    if ac:
+        ref, pv, _ = bus_types(case)
+        vbus = np.sort(np.concatenate([ref, pv]))   # the voltage-controlled buses: reference and PV
+        params = params.replace(v_set=as_float(np.abs(np.asarray(params.acn.v0))[vbus]), v_lo=as_float(case.bus[vbus, VMIN]),
+                                v_hi=as_float(case.bus[vbus, VMAX]), vbus_incidence=as_float(np.eye(case.n_bus)[vbus]))
     if ac and ac_method == "chord":
         params = params.replace(ac_jinv=_base_case_jacobian_inverse(case, params.acn))
     params = params.replace(
@@ -522,11 +582,12 @@ def _day_start(pg, load_p, load_q, out, params: TransParams) -> TransState:
     empty = jnp.zeros(0, pg.dtype)
     start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=jnp.zeros_like(params.rate),
                        vm=jnp.abs(params.acn.v0).astype(pg.dtype) if params.ac else empty,
-                       va=jnp.angle(params.acn.v0).astype(pg.dtype) if params.ac else empty)
+                       va=jnp.angle(params.acn.v0).astype(pg.dtype) if params.ac else empty,
+                       qg=jnp.zeros_like(params.v_set) if params.ac else empty)
     # a cold start: full Newton (set-up cost only), not the warm-started steps' method
     params_cold = params.replace(ac_iters=10, ac_jinv=None) if params.ac else params
-    pg, flow, vm, va, _ = _solve(pg, load_p, load_q, start, params_cold, out)
-    return start.replace(pg=pg, flow=flow, vm=vm, va=va)
+    pg, flow, vm, va, qg, _ = _solve(pg, params.v_set, load_p, load_q, start, params_cold, out)
+    return start.replace(pg=pg, flow=flow, vm=vm, va=va, qg=qg)
 
 
 # module-level, so that every `make` of the same task and split reuses the compiled set-up

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evogrid.case import Case
-from evogrid.case.matpower import PD, PMAX, PMIN, VG, VMAX, VMIN
+from evogrid.case.matpower import PD, PMAX, PMIN, QD, QG, VG, VMAX, VMIN
 from evogrid.physics import make_dc_network
 
 SLOW_RAMP, FAST_RAMP = 0.03, 0.5  # share of Pmax per hour: the cheaper half of the fleet, the rest (merit_ramp_rates)
@@ -76,28 +76,40 @@ def merit_ramp_rates(case: Case) -> np.ndarray:
     return rates
 
 
-def _economic_dispatch_flows(case: Case) -> np.ndarray:
-    """Signed DC branch flows (MW) of the economic dispatch (no network limits) at the case's own loads."""
-    from evogrid.physics import economic_dispatch
+def _economic_dispatch_flows(case: Case, ac: bool = False) -> np.ndarray:
+    """Branch flows of the economic dispatch (no network limits) at the case's own loads: signed DC flows
+    in MW, or with `ac` the AC flows' MVA (the larger end; the case's voltage set-points held, the slack
+    unit covering the losses)."""
+    from evogrid.physics import branch_flows, economic_dispatch, make_ac_network, newton_raphson
 
     with jax.enable_x64(True):
         net = make_dc_network(case)
         ptdf, flow0, gs = (np.asarray(x, np.float64) for x in (net.ptdf, net.flow0, net.gs_total))
-    pd = case.bus[:, PD]
-    pg = economic_dispatch(case.gencost, case.gen[:, PMIN], case.gen[:, PMAX], pd.sum() + float(gs))
-    inj = np.zeros(case.n_bus)
-    np.add.at(inj, case.gen_bus, pg)
-    return ptdf @ (inj - pd) + flow0
+        pd = case.bus[:, PD]
+        pg = economic_dispatch(case.gencost, case.gen[:, PMIN], case.gen[:, PMAX], pd.sum() + float(gs))
+        inj = np.zeros(case.n_bus)
+        np.add.at(inj, case.gen_bus, pg)
+        if not ac:
+            return ptdf @ (inj - pd) + flow0
+        acn = make_ac_network(case)
+        q = np.zeros(case.n_bus)
+        np.add.at(q, case.gen_bus, case.gen[:, QG])
+        v, converged, _ = newton_raphson(acn, jnp.asarray((inj - pd + 1j * (q - case.bus[:, QD])) / case.base_mva), iters=20)
+        if not bool(converged):
+            raise ValueError(f"{case.name}: the economic dispatch at the case's loads has no AC solution; pass ratings='case'")
+        s_from, s_to = branch_flows(acn, v)
+        return np.maximum(np.abs(np.asarray(s_from)), np.abs(np.asarray(s_to))) * case.base_mva
 
 
-def derived_ratings(case: Case, margin: float = RATING_MARGIN, floor: float = 0.05) -> np.ndarray:
-    """Line ratings (MW) for a case without real ones: `margin` times the DC flow of the economic dispatch
-    (no network limits, `physics.economic_dispatch`) at the case's own bus loads, and at least `floor`
+def derived_ratings(case: Case, margin: float = RATING_MARGIN, floor: float = 0.05, ac: bool = False) -> np.ndarray:
+    """Line ratings for a case without real ones: `margin` times the flow of the economic dispatch (no
+    network limits, `physics.economic_dispatch`) at the case's own bus loads, DC in MW or with `ac` the AC
+    flow in MVA (reactive flows included, so the AC tasks' limits hold the same margin), and at least `floor`
     times the largest such flow. Loads above the case's Pd (some days reach 1.10, a bus a little more)
     then meet these limits, so the optimal schedule must redispatch around them. The default margin
     RATING_MARGIN is the least at which every test day of case14 keeps a schedule within the ratings that
     an operator can reach without planning hours ahead (measured: docs/design/ratings.md)."""
-    flow = np.abs(_economic_dispatch_flows(case))
+    flow = np.abs(_economic_dispatch_flows(case, ac))
     return np.maximum(margin * flow, floor * flow.max())
 
 

@@ -149,12 +149,13 @@ def newton_raphson(net: ACNetwork, s_bus: jnp.ndarray, v0: jnp.ndarray | None = 
 
 
 def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max: jnp.ndarray,
-                            v0: jnp.ndarray | None = None, rounds: int = 4, iters: int = 10, tol: float | None = None):
+                            v0: jnp.ndarray | None = None, rounds: int = 4, iters: int = 10, tol: float | None = None,
+                            v_set: jnp.ndarray | None = None):
     """Newton-Raphson with generator reactive limits (MATPOWER's ENFORCE_Q_LIMS = 1, pandapower's
     `enforce_q_lims=True`): solve; every PV bus whose reactive injection lies outside [q_min, q_max]
     becomes a PQ bus with its injection at the violated limit; solve again; `rounds` times at most
     (static), switching never back. The reference bus keeps its voltage (its reactive output is not
-    limited), as in pandapower. PV set-points are `net.v0`'s magnitudes. Shapes stay static: every non-reference |V| is an unknown, and a bus
+    limited), as in pandapower. PV set-points are `v_set`'s magnitudes (default `net.v0`'s). Shapes stay static: every non-reference |V| is an unknown, and a bus
     still in PV mode has the equation |V| = set-point instead of its Q balance.
 
     Args:
@@ -163,19 +164,31 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
         minus the bus's reactive load); only PV buses' entries are used.
     Returns:
       (v, converged: solved and within every limit after the last round, max_mismatch p.u.,
-       switched [n_bus] bool: the buses that hit a limit). No derivative through the switching.
+       switched [n_bus] bool: the buses that hit a limit). The derivative (one Newton step outside the
+       loops, as in `newton_raphson`) is the solution's for the final bus types; none through the switching.
     """
     v0 = net.v0 if v0 is None else v0
     tol = default_tol(v0.real.dtype) if tol is None else tol
     n_bus, n = v0.shape[0], net.pvpq.shape[0]
-    full = net.replace(pq=net.pvpq)  # |V| unknown at every non-reference bus
     is_pv = jnp.ones(n_bus, bool).at[net.pq].set(False)[net.pvpq]  # [n] PV buses, in pvpq order
-    vset = jnp.abs(net.v0)[net.pvpq]  # the set-points; v0 (e.g. a warm start) is only where Newton begins
+    vset_live = jnp.abs(net.v0 if v_set is None else v_set)[net.pvpq]  # v0 (a warm start) is where Newton begins
+    # the loops see constants only; the step after them carries the derivative
+    fixed_net, s_live = net, s_bus
+    net, s_bus, q_min, q_max, v0, vset = jax.lax.stop_gradient((net, s_bus, q_min, q_max, v0, vset_live))
+    full = net.replace(pq=net.pvpq)  # |V| unknown at every non-reference bus
     lower = jnp.concatenate([jnp.zeros((n, n), v0.real.dtype), jnp.eye(n, dtype=v0.real.dtype)], axis=1)
 
-    def residual(v, s, hold):
+    def residual(v, s, hold, vset=vset, full=full):
         f = _mismatch(full, v, s)
         return jnp.concatenate([f[:n], jnp.where(hold, jnp.abs(v)[net.pvpq] - vset, f[n:])])
+
+    def newton_update(v, s, hold, vset=vset, full=full):
+        jac = jacobian(full, v)
+        jac = jnp.concatenate([jac[:n], jnp.where(hold[:, None], lower, jac[n:])])
+        dx = jnp.linalg.solve(jac, residual(v, s, hold, vset, full))
+        va = jnp.angle(v).at[net.pvpq].add(-dx[:n])
+        vm = jnp.abs(v).at[net.pvpq].add(-dx[n:])
+        return vm * jnp.exp(1j * va).astype(v.dtype)
 
     def solve(v, s, hold):
         def keep_going(carry):
@@ -183,13 +196,8 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
             return (i < iters) & (jnp.max(jnp.abs(f)) >= tol)
 
         def step(carry):
-            i, v, f = carry
-            jac = jacobian(full, v)
-            jac = jnp.concatenate([jac[:n], jnp.where(hold[:, None], lower, jac[n:])])
-            dx = jnp.linalg.solve(jac, f)
-            va = jnp.angle(v).at[net.pvpq].add(-dx[:n])
-            vm = jnp.abs(v).at[net.pvpq].add(-dx[n:])
-            v = vm * jnp.exp(1j * va).astype(v.dtype)
+            i, v, _ = carry
+            v = newton_update(v, s, hold)
             return i + 1, v, residual(v, s, hold)
 
         _, v, f = jax.lax.while_loop(keep_going, step, (jnp.int32(0), v, residual(v, s, hold)))
@@ -208,7 +216,13 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
 
     s0 = s_bus.astype(v0.dtype)
     (v, s, hold), _ = jax.lax.scan(one_round, (v0, s0, is_pv), None, length=rounds)
-    v, mismatch = solve(v, s, hold)  # the last switches' solution
+    v, _ = solve(v, s, hold)  # the last switches' solution
+    # one more step from it with the live inputs (switched buses' reactive injection at their limit)
+    s_live = s_live.astype(v0.dtype)
+    s_live = s_live.at[net.pvpq].set(jnp.where(hold, s_live[net.pvpq], s_live[net.pvpq].real + 1j * s[net.pvpq].imag))
+    live_full = fixed_net.replace(pq=fixed_net.pvpq)
+    v = newton_update(v, s_live, hold, vset_live, live_full)
+    mismatch = jnp.max(jnp.abs(residual(v, s, hold)))
     q = jnp.imag(v * jnp.conj(net.ybus @ v))[net.pvpq]
     slack = 10 * tol
     within = ~jnp.any(hold & ((q > q_max[net.pvpq] + slack) | (q < q_min[net.pvpq] - slack)))
