@@ -3,7 +3,7 @@
 
     python3 dev.py run     # install into .venv, run the main job (`evogrid`, no arguments)
     python3 dev.py test    # install into .venv with test extras, run the test suite
-    python3 dev.py test --fast   # the same without the tests marked slow (learning, subprocesses)
+    python3 dev.py test --fast   # the same without the tests marked slow (learning, subprocesses, heavy compiles)
 
 Extra arguments after the verb are passed on (to `evogrid` or to pytest).
 Dependencies are pinned by constraints.txt; the install is skipped when
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
     else:
         if "--fast" in rest:
             rest = [a for a in rest if a != "--fast"] + ["-m", "not slow"]
-        cmd = [str(PY), "-m", "pytest", *rest]
+        cmd = [str(PY), "-m", "pytest", "--durations=15", *rest]   # the 15 slowest tests, in CI's log too
     return subprocess.run(cmd, cwd=ROOT).returncode
 
 

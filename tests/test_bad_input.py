@@ -83,6 +83,7 @@ def _run(capsys, *argv):
     return code, out.out, out.err
 
 
+@pytest.mark.slow
 def test_refused_commands_change_nothing(tmp_path, capsys):
     run = tmp_path / "run"
     code, _, err = _run(capsys, "train", *SMALL, "--generations", "2", "--out", str(run))
@@ -106,6 +107,7 @@ def test_refused_commands_change_nothing(tmp_path, capsys):
     assert not (tmp_path / "typo").exists()
 
 
+@pytest.mark.slow
 def test_resume_after_a_torn_metrics_line(tmp_path, capsys):
     run = tmp_path / "run"
     assert _run(capsys, "train", *SMALL, "--generations", "2", "--out", str(run))[0] == 0
@@ -132,6 +134,7 @@ def test_eval_of_a_damaged_run_is_one_line(tmp_path, capsys, config_text, messag
     assert code == 2 and message in err and err.count("\n") == 1, err
 
 
+@pytest.mark.slow
 def test_nan_in_the_search_state_stops_the_run_naming_generation_and_field(tmp_path):
     env, params = make("tso-case5", max_steps=4, n_days=2)
 

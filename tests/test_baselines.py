@@ -29,6 +29,7 @@ def test_oracle_schedule_replays_to_its_objective_with_zero_costs(task):
             assert np.all(costs <= 1e-9), costs
 
 
+@pytest.mark.slow
 def test_security_constrained_oracle_replays_secure_through_the_outage_env():
     """tso-case14-n1 (random outages foreseen, N-1 screening): the constraint-generated schedule replays to
     its objective with every channel zero, n1_thermal included (the env screens with its own JAX code, so
@@ -68,6 +69,7 @@ def test_one_step_dc_opf_matches_pypower_rundcopf(name):
     np.testing.assert_allclose(day.pg[0], ref["gen"][:, PG], atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task, line, ramp, myopic_gap", [("tso-case14", 0.2, 0.9, 0.2), ("tso-case5", 0.9, 0.9, 0.05)])
 def test_limits_bind_in_the_oracle_schedule(task, line, ramp, myopic_gap):
     """Lines and ramps bind on the test days (case14: derived ratings, 1.13 x the economic dispatch's flows at
@@ -125,6 +127,7 @@ def test_evaluation_plays_every_test_day_the_same_way_whatever_the_run():
         np.testing.assert_array_equal(np.asarray(first[k]), np.asarray(later[k]))
 
 
+@pytest.mark.slow
 def test_baseline_command_prints_and_writes_json(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     code = cli.main(["baseline", "--task", "tso-case5", "--json", str(tmp_path / "b.json")])
@@ -226,6 +229,7 @@ def test_gencos_competitive_reference_prices_below_any_markup(capsys):
     assert "competitive mean price" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_dso_feeder_schedule_is_feasible_and_beats_nearby_actions():
     """dso-case33bw (float64), the test days the LinDistFlow schedule solves: its replay has every channel zero
     and costs what the report says; after the voltage correction the linear |V|^2 agrees with the sweep to
@@ -266,6 +270,7 @@ def test_dso_feeder_schedule_is_feasible_and_beats_nearby_actions():
         assert not better.any(), f"{better.sum()} nearby actions are feasible and cheaper"
 
 
+@pytest.mark.slow
 def test_ders_schedule_uses_the_batteries_and_replays_feasible():
     """ders-case141 (float64), one test day: the multi-period schedule (batteries, tariff) replays with every
     channel zero (no battery clipping, no end-of-day shortfall), the QP's own objective is within 1% of the

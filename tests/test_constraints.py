@@ -100,6 +100,7 @@ def test_validation_choice_counts_a_day_once_some_policy_met_it():
     assert int(k) == 0 and float(kept.ret) == -9.0
 
 
+@pytest.mark.slow
 def test_the_policy_can_be_chosen_on_the_training_and_validation_days():
     """select_on="train+val": the choice plays the 40 training and 8 validation days of tso-case5 (sorted),
     never a test day; the default plays the 8 validation days."""

@@ -98,6 +98,7 @@ def test_forecasts():
         forecast_features(series, "synthetic", 64, "all", steps=-1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["tso-case14-real", "dso-case33bw-real", "ders-case141-real", "dcmg-real", "gencos-case5-real"])
 def test_real_profiles_in_every_task(task):
     env, test = make(task, split="test", forecast_steps=3)

@@ -57,6 +57,7 @@ def _state(params, day=0, t=0, soc=None):
     return state if soc is None else state.replace(soc=jnp.asarray(soc, state.soc.dtype))
 
 
+@pytest.mark.slow
 def test_solved_feeder_matches_pandapower_with_all_resources(params64):
     """Evening (t=36) with batteries, PV (curtailment, vars) and load shifting: |V| equals pandapower's to 1e-6 p.u.;
     the substation import balances load + losses - PV - batteries."""

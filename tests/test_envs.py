@@ -29,6 +29,7 @@ def _actions(key, n, t, n_act):
     return jax.random.uniform(key, (n, t, n_act), minval=-1.0, maxval=1.0)
 
 
+@pytest.mark.slow
 def test_auto_reset_inside_step(task):
     _, env, params, n_act, _, step, reset = task
     key = jax.random.key(0)
@@ -49,6 +50,7 @@ def test_auto_reset_inside_step(task):
     assert "return" in units and set(env.constraint_names(params)) <= set(units) and " per day" in units["return"]
 
 
+@pytest.mark.slow
 def test_step_auto_reset_stops_gradients(task):
     _, env, params, n_act, _, step, reset = task
     obs, state = env.reset(jax.random.key(1), params)
@@ -70,6 +72,7 @@ def test_step_auto_reset_stops_gradients(task):
     np.testing.assert_array_equal(g_stopped, 0.0)
 
 
+@pytest.mark.slow
 def test_vmap_scan_across_episode_boundaries(task):
     _, env, params, n_act, rollout, _, _ = task
     n, t = 4, 2 * HORIZON + 1
@@ -87,6 +90,7 @@ def test_vmap_scan_across_episode_boundaries(task):
     assert np.all(np.isfinite(np.asarray(rew)))
 
 
+@pytest.mark.slow
 def test_no_recompilation_and_determinism(task):
     name, env, params, n_act, *_ = task
     traces = []
@@ -126,6 +130,7 @@ def test_bad_actions(task):
     assert np.all(np.isfinite(np.asarray(out_bad[0])))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tso-case9", "tso-case30", "tso-case57", "tso-case118"])
 def test_every_transmission_case_steps_under_jit(name):
     env, params = make(name, max_steps=4, n_days=2)
@@ -230,6 +235,7 @@ def _ppc_at_setpoints(case, params, vset):
     return ppc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, iters", [("chord", 25), ("newton", 6)])
 def test_ac_mode_matches_pypower_for_the_env_dispatch(method, iters):
     """The AC env's solved state equals PYPOWER's runpf for the same dispatch, voltage set-points (the
@@ -289,6 +295,7 @@ def test_ac_env_with_q_limits_matches_pandapower():
         make_trans_params(case, max_steps=2, ac=True, ac_method="chord", enforce_q_limits=True, load_p=load_p, load_q=load_q)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["14", "57", "118"])
 def test_ac_env_converges_wherever_pypower_does_on_random_actions(name):
     """AC mode (chord, float64) with random active and voltage set-points (12 steps): every step PYPOWER
@@ -357,6 +364,7 @@ def test_bad_params():
         make_trans_params("14", ac=True, ac_method="gauss")
 
 
+@pytest.mark.slow
 def test_scan_rollout_equals_python_loop_of_step_auto_reset(task):
     """scan_rollout hoists each step's key split out of the loop: same keys, so the same resets (days)
     and done flags; floats agree to round-off (two compiled programs may fuse sums differently)."""
@@ -377,6 +385,7 @@ def test_scan_rollout_equals_python_loop_of_step_auto_reset(task):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_legacy_prngkey_works_like_typed_key(task):
     """Both jax.random.key and legacy uint32 PRNGKey keys drive reset/step (the same bits give the same day)."""
     _, env, params, n_act, _, step, reset = task

@@ -59,6 +59,7 @@ def test_pendulum_actions_map_onto_the_torque_box():
     assert float(s_hi.inner.theta_dot) > float(s_lo.inner.theta_dot)  # +2 N m vs -2 N m
 
 
+@pytest.mark.slow
 def test_cma_es_learns_cartpole():
     """Random MLPs balance ~20 steps; seeded CMA_ES reaches a population mean above 400 within 15 generations."""
     cfg = ECConfig(task="gymnax:CartPole-v1", algorithm="CMA_ES", pop_size=32, episodes_per_individual=2,

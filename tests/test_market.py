@@ -131,6 +131,7 @@ def test_profits_and_thermal_cost_by_hand_in_merit_mode():
         np.testing.assert_allclose(float(costs[1]), np.maximum(np.abs(flows) - rate, 0).sum(), rtol=1e-9)
 
 
+@pytest.mark.slow
 def test_market_marl_view_gives_each_company_its_profit():
     params = make_market_params("5", n_days=1, max_steps=4, companies=[(0, 1), (2,), (3, 4)])
     marl = MarketMARLEnv(ENV, params)

@@ -60,6 +60,7 @@ def _ac(case, iters=10):
     return ph.newton_raphson(ph.make_ac_network(case), jnp.asarray(bus_injection_pu(case)), iters=iters)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_CASES)
 def test_dc_power_flow_matches_pypower(name, precision):
     case = load_case(name)
@@ -75,6 +76,7 @@ def test_dc_power_flow_matches_pypower(name, precision):
     np.testing.assert_allclose(pg_slack, ref["gen"][slack_gens[0], PG], atol=50 * tol_flow)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_CASES)
 def test_ac_newton_raphson_matches_pypower(name, precision):
     if name == "141" and precision == "float32":
@@ -304,6 +306,7 @@ def test_piecewise_linear_cost_matches_pypower():
         np.testing.assert_allclose(np.asarray(ours[row]), totcost(gencost, pg[row]), rtol=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, scale", [("14", 1.2), ("14", 1.4), ("30", 1.4)])
 def test_q_limits_match_pandapower(name, scale):
     """PV -> PQ switching (`newton_raphson_q_limits`) against pandapower's `enforce_q_lims=True` with every

@@ -88,6 +88,7 @@ def test_off_policy_learners_learn_tso_case5(config_cls, seed, max_violation):
     assert int(state.agent.buffer.size) == 10_000 and int(state.agent.updates) > 0  # wrapped: 50 x 384 transitions
 
 
+@pytest.mark.slow
 def test_resume_is_bit_identical(tmp_path):
     """TD3's state holds networks, optimiser states, the buffer, the multiplier and the env batch."""
     cfg = TD3Config(task="tso-case5", num_envs=4, rollout_len=12, buffer_size=200, warmup_steps=24,

@@ -44,6 +44,7 @@ def _start(params, day=0):
     return jax.tree_util.tree_map(lambda x: x[day], params.init)
 
 
+@pytest.mark.slow
 def test_the_layer_reads_the_observation_and_nothing_else():
     """Two tso-case14 tasks whose loads differ after the present interval (the observation's loads and
     forecast the same): their layers give the same action, bit for bit, on the same observation; the
@@ -198,6 +199,7 @@ def test_peak_step_meets_every_line_as_an_inequality():
     assert np.all(np.abs(np.asarray(new.flow)) <= np.asarray(params.rate))
 
 
+@pytest.mark.slow
 def test_redispatch_stops_early_as_the_fixed_count_would(monkeypatch):
     """The redispatch's loops stop once no row is over (a batch once every env's is): the dispatch is the
     fixed count's, bit for bit, and so is its derivative through the layer (the custom JVP differentiates
@@ -263,6 +265,7 @@ def test_reach_row_by_hand():
         assert float(reach_row(pg, jnp.asarray([jnp.nan, jnp.nan]), pmin, pmax, ramp)[1]) == -np.inf
 
 
+@pytest.mark.slow
 def test_lookahead_keeps_the_evening_drop_within_the_ramps_reach():
     """Case5's load falling from 0.8 to 0.6 of its Pd over two half-hours after six flat ones, the cheap slow
     unit (Brighton, 600 MW, 9 MW a half-hour) asked for its most and the others for their least each step:
@@ -298,6 +301,7 @@ def test_lookahead_keeps_the_evening_drop_within_the_ramps_reach():
         np.testing.assert_allclose([pg.sum() for pg, _ in ahead], totals, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_security_redispatch_uses_the_outaged_grid():
     """Case14 with a line out of service from the first step (an outage schedule): once the observation
     shows it out (from the second step), the layer works on the post-outage flows (their sensitivities by
@@ -373,6 +377,7 @@ def test_voltage_layer_brings_the_feeder_within_its_band():
             assert np.all(np.asarray(info["layer_moved"]) >= shift * params.delta_t_hours - 1e-12)
 
 
+@pytest.mark.slow
 def test_voltage_layer_against_the_cheapest_correction():
     """At the evening peak of a solvable test day (zero action: q = 0, no shift) the layer's load shift
     against the cheapest one that holds every bus at 0.95 p.u. + margin by the sweep power flow, found by
@@ -404,6 +409,7 @@ def test_voltage_layer_against_the_cheapest_correction():
         assert 0.01 < cheapest <= moved <= 1.6 * cheapest
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["tso-case14", "tso-case14-n1"])
 def test_applied_dispatch_replays_through_pypower(task):
     """Random actions through the layer on a DC task: the dispatch the env reports it applied
@@ -459,6 +465,7 @@ def test_applied_feeder_controls_replay_through_pandapower():
         np.testing.assert_allclose(np.asarray(new.inner.vm), net.res_bus.vm_pu.values, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_applied_der_controls_replay_through_pandapower():
     """ders-case141 with batteries near their charge limits, so the env clips what the action asks for: the
     controls and battery powers the env reports it applied (`info["controls"]`, `info["battery_each_mw"]`),
@@ -497,6 +504,7 @@ def test_applied_der_controls_replay_through_pandapower():
         np.testing.assert_allclose(np.asarray(new.vm), net.res_bus.loc[bus, "vm_pu"].values, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_layer_bad_input():
     """A layer asked for on a task without one, a look-ahead longer than the forecast the observation
     carries, a bad safety choice: one clear line each."""

@@ -45,6 +45,7 @@ def precision(request):
         yield request.param
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CASES)
 def test_single_outages_match_pypower_and_bridges_are_found(name, precision):
     case = load_case(name)
@@ -129,6 +130,7 @@ def _env_case14(**kw):
     return make("tso-case14", max_steps=4, n_days=2, **kw)
 
 
+@pytest.mark.slow
 def test_env_n1_channel_and_scheduled_outage_match_pypower():
     """tso-case14 with branch 2 out on steps 1-2 of day 0 (a schedule given as a params leaf): each step's
     flows are PYPOWER's with the branch removed; the observation shows the status of the interval just

@@ -21,6 +21,7 @@ def short_task():
     return make("tso-case5", max_steps=SHORT, n_days=4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_strategy_runs_and_compiles_once(algorithm, short_task):
     env, params = short_task
@@ -95,6 +96,7 @@ def test_bad_configs():
         ECWorkflow(ECConfig(task="tso-case6"))
 
 
+@pytest.mark.slow
 def test_checkpoint_resume_in_process_and_config_guard(tmp_path, short_task):
     env, params = short_task
     cfg = ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,))
@@ -116,6 +118,7 @@ def test_checkpoint_resume_in_process_and_config_guard(tmp_path, short_task):
         again.learn(again.init(), 4, run_dir=tmp_path / "part", progress=False)
 
 
+@pytest.mark.slow
 def test_damaged_newest_checkpoint_falls_back(tmp_path, short_task):
     env, params = short_task
     cfg = ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,))
@@ -136,6 +139,7 @@ def test_damaged_newest_checkpoint_falls_back(tmp_path, short_task):
     assert json.loads((tmp_path / "config.json").read_text())["pop_size"] == 8
 
 
+@pytest.mark.slow
 def test_example_subclass_hook_orders_infeasible_below_feasible(short_task):
     """examples/cost_constrained_es.py overrides only `fitness`; check its ordering on hand-made numbers."""
     import importlib.util
@@ -156,6 +160,7 @@ def test_example_subclass_hook_orders_infeasible_below_feasible(short_task):
     assert np.isfinite(float(state.chosen.ret))  # the first generation chose a policy on the validation days
 
 
+@pytest.mark.slow
 def test_trace_day_replays_the_evaluated_policy():
     """`trace_day` (what `evogrid eval --plot` draws) is the evaluated policy on that test day: its rewards
     sum to the evaluation's day_return and its costs to the day's summed cost; the grid view holds the
@@ -188,6 +193,7 @@ class _FakeWandb:
         self.finished += 1
 
 
+@pytest.mark.slow
 def test_wandb_logging_one_run_per_run_directory(tmp_path, monkeypatch):
     """--wandb: every generation's scalars go to W&B at its step; a resumed run re-opens the same W&B run
     (id = the run directory's name, resume="allow") and continues from the restored step; without the
@@ -209,6 +215,7 @@ def test_wandb_logging_one_run_per_run_directory(tmp_path, monkeypatch):
     assert not (tmp_path / "other").exists()  # refused before anything was written
 
 
+@pytest.mark.slow
 def test_steps_per_call_do_not_change_the_run():
     """learn with 1 or 10 steps per compiled call (and 7, which does not divide the checkpoint interval
     of 10, so calls of 7 and 3): bit-identical metrics and state."""

@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from evogrid.envs import make
 from evogrid.envs.wrappers import LogWrapper, TrainingWrapper
@@ -25,6 +26,7 @@ def test_vmap_step_and_lax_map_give_identical_trajectories():
     assert np.asarray(t1["done"]).sum() == 2 * 5  # 15 steps of 6-step episodes cross two boundaries per env
 
 
+@pytest.mark.slow
 def test_rollout_within_the_horizon_skips_resets_and_matches_the_auto_reset_path():
     env = TrainingWrapper(ENV, 3)
     policy = lambda obs: jnp.zeros(obs.shape[:-1] + (5,))  # noqa: E731

@@ -47,7 +47,7 @@ from evogrid.baselines.report import (  # noqa: F401  (re-exported: the report r
     summarise,
 )
 
-BASELINE_VERSION = "12"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
+BASELINE_VERSION = "13"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
 
 
 def supported(task: str) -> bool:
