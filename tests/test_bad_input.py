@@ -119,6 +119,7 @@ def test_resume_after_a_torn_metrics_line(tmp_path, capsys):
     assert [r["generation"] for r in rows] == [1, 2, 3]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config_text, message", [
     ("{not json", "cannot evaluate"),
     (json.dumps({"algorithm": "Open_ES", "popsize": 8}), "unknown config key(s) popsize"),

@@ -297,6 +297,7 @@ def test_ders_schedule_uses_the_batteries_and_replays_feasible():
         assert -play(0, idle)[0] > day.cost and -play(0, np.zeros_like(day.pg))[0] > day.cost
 
 
+@pytest.mark.slow
 def test_ac_opf_reference_replays_within_every_limit():
     """tso-case14-ac, one 8-step test day (float64): the sequential AC-OPF's cost is the case's cost curves at
     its dispatch (reward units); each step stays within the ramp window of the last (the start-of-day

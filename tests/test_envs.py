@@ -263,6 +263,7 @@ def test_ac_mode_matches_pypower_for_the_env_dispatch(method, iters):
         np.testing.assert_allclose(float(info["losses_mw"]), ref["gen"][:, PG].sum() - ref["bus"][:, PD].sum(), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_ac_env_with_q_limits_matches_pandapower():
     """enforce_q_limits=True on case14 with loads at 1.6x (three units reach their limits): the env's step solves as pandapower's
     runpp(enforce_q_lims=True) does for the same dispatch and loads (1e-6 p.u., 1e-5 degrees), and the
@@ -321,6 +322,7 @@ def test_ac_env_converges_wherever_pypower_does_on_random_actions(name):
         del env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["tso-case14-ac", "dso-case33bw"])
 def test_a_step_without_power_flow_solution_leaves_later_outputs_finite(task):
     """One day with ten times the load at step 2 has no AC solution: that step is flagged, and it and every

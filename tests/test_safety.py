@@ -120,6 +120,7 @@ def test_security_redispatch_is_the_nearest_dispatch_within_the_ratings(ramp_per
         assert moved <= 1.002 * least, (moved, least)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("day, t, prev, asked", [
     (12, 38, [210.275, 46.085, 0.513, 7.412, 7.29], [215.24, 44.85, 0.6, 8.97, 8.91]),
     (12, 38, [208.731, 42.518, 4.658, 8.268, 7.4], [213.62, 42.61, 4.79, 8.94, 8.6]),
@@ -439,6 +440,7 @@ def test_applied_dispatch_replays_through_pypower(task):
             np.testing.assert_allclose(np.asarray(state.inner.pg), ref["gen"][:, PG], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_applied_feeder_controls_replay_through_pandapower():
     """dso-case33bw through the voltage layer at its evening peak: the controls the env reports it applied
     (`info["controls"]`: MW shifted, MW curtailed, MVAr injected), given to pandapower's runpp as load
