@@ -25,12 +25,11 @@ dependency (`pip install -e ".[oracles]"`; the test extra has it).
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from evogrid.baselines.report import Reference, percent, register_reference, schedule_report
-from evogrid.baselines.tso import DaySchedule, dc_opf_oracle, each_day
+from evogrid.baselines.tso import DaySchedule, dc_opf_oracle, each_day, replay_program
 from evogrid.case.matpower import PD, PMAX, PMIN, QD, RATE_A, VMAX, VMIN
 
 RATING_AIM = 0.995   # MVA limits the OPF meets: this share of the env's ratings
@@ -105,23 +104,7 @@ def replay_reference(env, params, reference: list[DaySchedule]):
     """The reference's set-points played through the env, each step asking for the OPF's active outputs
     from the units' actual last output and (with voltage control) its generator voltages: (returns [n],
     summed costs [n, C]); NaN where unsolved."""
-    from evogrid.envs.trans import dispatch_action, voltage_action
-
-    @jax.jit
-    def run(day, pg, vm):
-        _, state = env.reset_to_day(day, params)
-
-        def step(state, x):
-            want, v = x
-            action = dispatch_action(params, want, state.pg)
-            if params.voltage_control:
-                action = jnp.concatenate([action, voltage_action(params, v)])
-            _, state, reward, costs, _, _ = env.step_no_reset(jax.random.key(0), state, action, params)
-            return state, (reward, costs)
-
-        _, (reward, costs) = jax.lax.scan(step, state, (pg, vm))
-        return reward.sum(), costs.sum(0)
-
+    run = replay_program(env, params)
     dtype = params.load_p.dtype
     returns, costs = [], []
     for day in reference:
@@ -129,7 +112,8 @@ def replay_reference(env, params, reference: list[DaySchedule]):
             returns.append(np.nan)
             costs.append(np.full(env.num_constraints(params), np.nan))
             continue
-        ret, c = run(jnp.int32(day.day), jnp.asarray(day.pg, dtype), jnp.asarray(day.vm, dtype))
+        vm = jnp.asarray(day.vm, dtype) if params.voltage_control else None
+        ret, c = run(jnp.int32(day.day), jnp.asarray(day.pg, dtype), vm)
         returns.append(float(ret))
         costs.append(np.asarray(c, np.float64))
     return np.array(returns), np.array(costs)
@@ -151,5 +135,6 @@ def _reference_rows(s) -> list[tuple[str, str]]:
 
 
 register_reference("tso", Reference(
-    _reference_report, lambda task: "reference: the sequential AC-OPF by PYPOWER (each step alone, within ramp limits "
-    "of the last), its active and voltage set-points replayed through the env", _reference_rows), suffix="ac")
+    _reference_report, lambda task: "reference: the sequential AC-OPF by PYPOWER tracking the day's DC plan (losses "
+    "included) within ramp limits of the last step, its active and voltage set-points replayed through the env",
+    _reference_rows), suffix="ac")

@@ -296,23 +296,36 @@ def dc_opf_oracle(params, days=None, max_rounds: int = 50, progress=None) -> lis
     return out
 
 
-def replay(env, params, day: int, pg):
-    """Play the dispatch schedule `pg` [T, n_units] from the start of `day`, each step asking for `pg[t]`
-    from the units' actual last output (`dispatch_action`): (return, summed costs per channel [C])."""
+def replay_program(env, params):
+    """One compiled `run(day, pg, vm=None) -> (return, summed costs per channel [C])` that plays the schedule
+    `pg` [T, n_units] from the start of `day`, each step asking for `pg[t]` from the units' actual last
+    output (`dispatch_action`) and, on AC tasks with voltage control, for the voltage set-points `vm[t]`
+    [n_vbus] (`voltage_action`)."""
+    from evogrid.envs.trans import voltage_action
 
     @jax.jit
-    def run(pg):
-        obs, state = env.reset_to_day(jnp.int32(day), params)
+    def run(day, pg, vm=None):
+        _, state = env.reset_to_day(day, params)
 
         def step(state, x):
-            key, want = x
-            _, state, reward, costs, _, _ = env.step_no_reset(key, state, dispatch_action(params, want, state.pg), params)
+            want, v = x
+            action = dispatch_action(params, want, state.pg)
+            if v is not None:
+                action = jnp.concatenate([action, voltage_action(params, v)])
+            _, state, reward, costs, _, _ = env.step_no_reset(jax.random.key(0), state, action, params)
             return state, (reward, costs)
 
-        _, (reward, costs) = jax.lax.scan(step, state, (jax.random.split(jax.random.key(0), pg.shape[0]), pg))
+        _, (reward, costs) = jax.lax.scan(step, state, (pg, vm))
         return reward.sum(), costs.sum(0)
 
-    ret, costs = run(jnp.asarray(pg, jax.dtypes.canonicalize_dtype(jnp.float64)))   # float64 under x64
+    return run
+
+
+def replay(env, params, day: int, pg):
+    """Play the dispatch schedule `pg` [T, n_units] from the start of `day` (`replay_program`): (return,
+    summed costs per channel [C])."""
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64)   # float64 under x64
+    ret, costs = replay_program(env, params)(jnp.int32(day), jnp.asarray(pg, dtype))
     return float(ret), np.asarray(costs, np.float64)
 
 

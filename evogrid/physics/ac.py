@@ -182,10 +182,11 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
         f = _mismatch(full, v, s)
         return jnp.concatenate([f[:n], jnp.where(hold, jnp.abs(v)[net.pvpq] - vset, f[n:])])
 
-    def newton_update(v, s, hold, vset=vset, full=full):
+    def newton_update(v, f, hold, full=full):
+        """One Newton step from v with residual f (`residual(v, ...)`)."""
         jac = jacobian(full, v)
         jac = jnp.concatenate([jac[:n], jnp.where(hold[:, None], lower, jac[n:])])
-        dx = jnp.linalg.solve(jac, residual(v, s, hold, vset, full))
+        dx = jnp.linalg.solve(jac, f)
         va = jnp.angle(v).at[net.pvpq].add(-dx[:n])
         vm = jnp.abs(v).at[net.pvpq].add(-dx[n:])
         return vm * jnp.exp(1j * va).astype(v.dtype)
@@ -196,8 +197,8 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
             return (i < iters) & (jnp.max(jnp.abs(f)) >= tol)
 
         def step(carry):
-            i, v, _ = carry
-            v = newton_update(v, s, hold)
+            i, v, f = carry
+            v = newton_update(v, f, hold)
             return i + 1, v, residual(v, s, hold)
 
         _, v, f = jax.lax.while_loop(keep_going, step, (jnp.int32(0), v, residual(v, s, hold)))
@@ -221,7 +222,7 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
     s_live = s_live.astype(v0.dtype)
     s_live = s_live.at[net.pvpq].set(jnp.where(hold, s_live[net.pvpq], s_live[net.pvpq].real + 1j * s[net.pvpq].imag))
     live_full = fixed_net.replace(pq=fixed_net.pvpq)
-    v = newton_update(v, s_live, hold, vset_live, live_full)
+    v = newton_update(v, residual(v, s_live, hold, vset_live, live_full), hold, live_full)
     mismatch = jnp.max(jnp.abs(residual(v, s, hold)))
     q = jnp.imag(v * jnp.conj(net.ybus @ v))[net.pvpq]
     slack = 10 * tol
