@@ -7,7 +7,14 @@ import warnings
 # imported so that the `evogrid` subprocesses the CLI tests start inherit it: a program the suite compiled
 # once (the same workflow step in another test or process) is loaded instead of compiled again.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "evogrid-tests-jax-cache"))
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")   # the small programs too (cli.keep_compiled_programs)
+# LLVM's optimisation off for the suite's programs (XLA's own passes still run): its small programs compile
+# in less time than the optimiser saves them at run time (about 15% of the suite's wall time on 2 cores).
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+# The reports `evogrid.baselines` caches (oracles, operator's baselines) go to one directory of the suite's,
+# not the user's ~/.cache: shared by every test and subprocess that does not ask for an empty one.
+os.environ.setdefault("XDG_CACHE_HOME", os.path.join(tempfile.gettempdir(), "evogrid-tests-cache"))
 
 import numpy as np
 import pytest

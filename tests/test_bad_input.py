@@ -11,7 +11,7 @@ from evogrid.case import CaseFormatError, load_case, parse_matpower
 from evogrid.envs import make, make_trans_params
 from evogrid.workflows import ECConfig, ECWorkflow, PPOConfig
 
-SMALL = ["--task", "tso-case5", "--pop", "4", "--episodes", "1", "--hidden", "4", "--checkpoint-every", "1"]
+SMALL = ["--task", "tso-case5", "--pop", "4", "--episodes", "1", "--hidden", "4", "--checkpoint-every", "1", "--safety", "off"]
 
 
 @pytest.mark.parametrize("build, message", [
@@ -125,7 +125,7 @@ def test_resume_after_a_torn_metrics_line(tmp_path, capsys):
     (json.dumps({"algorithm": "Open_ES", "popsize": 8}), "unknown config key(s) popsize"),
     (json.dumps([1, 2]), "not an object of config keys"),
     (json.dumps({"algorithm": "Open_ES", "task": "tso-case5", "pop_size": 4, "episodes_per_individual": 1,
-                 "hidden": [4], "sigma": 0.3}), "different config (differs in: sigma)"),
+                 "hidden": [4], "sigma": 0.3, "safety": "off"}), "different config (differs in: sigma)"),
 ])
 def test_eval_of_a_damaged_run_is_one_line(tmp_path, capsys, config_text, message):
     run = tmp_path / "run"
@@ -143,7 +143,7 @@ def test_nan_in_the_search_state_stops_the_run_naming_generation_and_field(tmp_p
         def fitness(self, returns, costs, lagrangian):
             return jnp.where(returns < jnp.inf, jnp.nan, returns)  # every fitness NaN
 
-    wf = Broken(ECConfig(task="tso-case5", pop_size=4, episodes_per_individual=1, hidden=(4,)), env, params)
+    wf = Broken(ECConfig(task="tso-case5", pop_size=4, episodes_per_individual=1, hidden=(4,), safety="off"), env, params)
     with pytest.raises(FloatingPointError, match=r"generation 1: the run state holds NaN in \.es_state"):
         wf.learn(wf.init(), 3, run_dir=tmp_path / "r", checkpoint_every=1, progress=False)
 

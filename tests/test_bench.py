@@ -31,7 +31,6 @@ def test_unknown_names_are_refused_before_any_run(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_bench_resumes_and_records_failures(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     out, logs = tmp_path / "b", []
     bench.bench(["Open_ES"], ["tso-case5"], 1, out, generations=2, log=logs.append)   # the layer on and off
     # a second call with one more seed and a failing cell (coevo has no safety layer: off only): only the new runs

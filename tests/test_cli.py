@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from conftest import metrics_rows
 
-ARGS = ["--task", "tso-case5", "--pop", "8", "--episodes", "1", "--hidden", "8", "--checkpoint-every", "20"]
+# the safety layer off: these tests are about runs, checkpoints and resumes (the layer's are in test_safety)
+ARGS = ["--task", "tso-case5", "--pop", "8", "--episodes", "1", "--hidden", "8", "--checkpoint-every", "20", "--safety", "off"]
 TOTAL = 200
 
 
@@ -28,10 +29,17 @@ def _restore(run: Path):
     return Checkpointer(run / "checkpoints", config.to_dict()).restore_latest(wf.init())
 
 
-@pytest.mark.slow
-def test_killed_run_resumes_bit_identically(tmp_path):
-    full = _cli("train", *ARGS, "--generations", str(TOTAL), "--out", str(tmp_path / "full"))
+@pytest.fixture(scope="module")
+def full_run(tmp_path_factory):
+    """One uninterrupted run of ARGS for TOTAL generations: what the interrupted runs must end identical to."""
+    run = tmp_path_factory.mktemp("full") / "run"
+    full = _cli("train", *ARGS, "--generations", str(TOTAL), "--out", str(run))
     assert full.returncode == 0, full.stderr
+    return run
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_bit_identically(tmp_path, full_run):
     killed = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "evogrid.cli", "train", *ARGS, "--generations", str(TOTAL),
                              "--out", str(killed)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -47,8 +55,8 @@ def test_killed_run_resumes_bit_identically(tmp_path):
     resumed = _cli("train", *ARGS, "--generations", str(TOTAL), "--out", str(killed), "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed from generation" in resumed.stderr
-    assert metrics_rows(killed / "metrics.jsonl") == metrics_rows(tmp_path / "full" / "metrics.jsonl")
-    (step_a, state_a), (step_b, state_b) = _restore(tmp_path / "full"), _restore(killed)
+    assert metrics_rows(killed / "metrics.jsonl") == metrics_rows(full_run / "metrics.jsonl")
+    (step_a, state_a), (step_b, state_b) = _restore(full_run), _restore(killed)
     assert step_a == step_b == TOTAL
     for a, b in zip(jax.tree_util.tree_leaves(state_a), jax.tree_util.tree_leaves(state_b)):
         np.testing.assert_array_equal(a, b)
@@ -115,7 +123,7 @@ def test_rollout_command_prints_the_table(task):
 @pytest.mark.slow
 def test_rl_algorithms_train_resume_and_eval_from_the_command_line(tmp_path):
     """`evogrid train --algorithm td3` writes metrics and a curve, continues with --resume, and `eval` reads it."""
-    args = ["train", "--algorithm", "td3", "--task", "tso-case5", "--envs", "4", "--hidden", "16", "--checkpoint-every", "2",
+    args = ["train", "--algorithm", "td3", "--task", "tso-case5", "--envs", "4", "--hidden", "16", "--checkpoint-every", "2", "--safety", "off",
             "--config", str(tmp_path / "c.json"), "--out", str(tmp_path / "run")]
     (tmp_path / "c.json").write_text(json.dumps({"rollout_len": 12, "buffer_size": 500, "warmup_steps": 48, "updates_per_iter": 4}))
     first = _cli(*args, "--generations", "2")
@@ -162,11 +170,10 @@ def test_attack_game_from_the_command_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_saves_and_resume_takes_the_run_config(tmp_path):
+def test_ctrl_c_saves_and_resume_takes_the_run_config(tmp_path, full_run):
     """SIGINT finishes the generation, writes checkpoint, CSV and PNG, prints the resume command and exits 130;
     `--resume --out RUN` alone continues with the run's own config, bit-identically to an uninterrupted run."""
-    total = 200  # calls of 20 generations: the signal lands long before the last one
-    assert _cli("train", *ARGS, "--generations", str(total), "--out", str(tmp_path / "full")).returncode == 0
+    total = TOTAL  # calls of 20 generations: the signal lands long before the last one
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "evogrid.cli", "train", *ARGS, "--generations", str(total), "--out", str(run)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -185,4 +192,4 @@ def test_ctrl_c_saves_and_resume_takes_the_run_config(tmp_path):
     assert refused.returncode == 2 and "differ from it: sigma (0.05 there, 0.2 here)" in refused.stderr
     resumed = _cli("train", "--resume", "--out", str(run), "--generations", str(total))
     assert resumed.returncode == 0, resumed.stderr
-    assert metrics_rows(run / "metrics.jsonl") == metrics_rows(tmp_path / "full" / "metrics.jsonl")
+    assert metrics_rows(run / "metrics.jsonl") == metrics_rows(full_run / "metrics.jsonl")

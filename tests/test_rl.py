@@ -92,7 +92,7 @@ def test_off_policy_learners_learn_tso_case5(config_cls, seed, max_violation):
 def test_resume_is_bit_identical(tmp_path):
     """TD3's state holds networks, optimiser states, the buffer, the multiplier and the env batch."""
     cfg = TD3Config(task="tso-case5", num_envs=4, rollout_len=12, buffer_size=200, warmup_steps=24,
-                    updates_per_iter=4, batch_size=16)
+                    updates_per_iter=4, batch_size=16, safety="off")
     wf = RLWorkflow(cfg)
     full, _ = wf.learn(wf.init(), 4, run_dir=tmp_path / "a", checkpoint_every=2, progress=False)
     wf.learn(wf.init(), 2, run_dir=tmp_path / "b", checkpoint_every=2, progress=False)

@@ -203,8 +203,9 @@ def test_peak_step_meets_every_line_as_an_inequality():
 @pytest.mark.slow
 def test_redispatch_stops_early_as_the_fixed_count_would(monkeypatch):
     """The redispatch's loops stop once no row is over (a batch once every env's is): the dispatch is the
-    fixed count's, bit for bit, and so is its derivative through the layer (the custom JVP differentiates
-    the fixed count; reverse mode cannot go through a while_loop), with the peak plan and without."""
+    fixed count's, and so is its derivative through the layer (the custom JVP differentiates the fixed
+    count; reverse mode cannot go through a while_loop), with the peak plan and without. To float32
+    rounding: the two are different programs, and the compiler may round them differently."""
     day, t = 13, 37
     prev, asked = [204.542, 49.649, 3.641, 6.982, 7.452], [209.527, 72.058, 4.779, 1.691, 3.199]
     env, params = make("tso-case14", split="test")
@@ -228,8 +229,8 @@ def test_redispatch_stops_early_as_the_fixed_count_would(monkeypatch):
     for (pg, grad), (pg_fixed, grad_fixed) in zip(early, fixed):
         assert np.max(np.abs(np.asarray(pg[0] - raw))) > 0.1   # the redispatch moved the overloading one
         assert np.any(np.asarray(grad) != 0.0)
-        np.testing.assert_array_equal(pg, pg_fixed)
-        np.testing.assert_array_equal(grad, grad_fixed)
+        np.testing.assert_allclose(pg, pg_fixed, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(grad, grad_fixed, rtol=1e-4, atol=1e-5)
 
 
 def test_projection_step_by_hand():

@@ -20,13 +20,14 @@ from evogrid.workflows import ECConfig, ECWorkflow
 
 ROOT = Path(__file__).resolve().parents[1]
 # pop 8 in blocks of 4: each device (of 1 or 2) evaluates 4-individual blocks, so every run compiles the same block
-RUN = ["train", "--task", "tso-case5", "--pop", "8", "--episodes", "1", "--generations", "3", "--checkpoint-every", "3"]
+RUN = ["train", "--task", "tso-case5", "--pop", "8", "--episodes", "1", "--generations", "3", "--checkpoint-every", "3",
+       "--safety", "off"]   # the layer works per individual: these runs are about the population's sharding
 CONFIG = {"eval_block": 4}
 
 
 def _env(devices=1):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={devices}".strip()
     return env
 
 

@@ -25,7 +25,7 @@ def short_task():
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_strategy_runs_and_compiles_once(algorithm, short_task):
     env, params = short_task
-    wf = ECWorkflow(ECConfig(task="tso-case5", algorithm=algorithm, pop_size=8, episodes_per_individual=1, hidden=(8,)),
+    wf = ECWorkflow(ECConfig(task="tso-case5", algorithm=algorithm, pop_size=8, episodes_per_individual=1, hidden=(8,), safety="off"),
                     env, params)
     state = wf.init(jax.random.key(0))
     state, metrics = wf.step(state)
@@ -99,7 +99,7 @@ def test_bad_configs():
 @pytest.mark.slow
 def test_checkpoint_resume_in_process_and_config_guard(tmp_path, short_task):
     env, params = short_task
-    cfg = ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,))
+    cfg = ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,), safety="off")
     full = ECWorkflow(cfg, env, params)
     s_full, h_full = full.learn(full.init(), 4, run_dir=tmp_path / "full", checkpoint_every=2, progress=False)
     part = ECWorkflow(cfg, env, params)
@@ -111,7 +111,7 @@ def test_checkpoint_resume_in_process_and_config_guard(tmp_path, short_task):
     strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731
     assert strip(h_full) == strip(h_res)
     assert metrics_rows(tmp_path / "part" / "metrics.jsonl") == metrics_rows(tmp_path / "full" / "metrics.jsonl")
-    other = ECWorkflow(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,), sigma=0.2), env, params)
+    other = ECWorkflow(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,), sigma=0.2, safety="off"), env, params)
     with pytest.raises(CheckpointError, match=r"different config \(differs in: sigma\)"):
         other.learn(other.init(), 4, run_dir=tmp_path / "part", resume=True, progress=False)
     with pytest.raises(FileExistsError, match="already holds checkpoints"):
@@ -121,7 +121,7 @@ def test_checkpoint_resume_in_process_and_config_guard(tmp_path, short_task):
 @pytest.mark.slow
 def test_damaged_newest_checkpoint_falls_back(tmp_path, short_task):
     env, params = short_task
-    cfg = ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,))
+    cfg = ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,), safety="off")
     wf = ECWorkflow(cfg, env, params)
     wf.learn(wf.init(), 4, run_dir=tmp_path, checkpoint_every=2, progress=False)
     newest = tmp_path / "checkpoints" / "4" / "state"
@@ -165,7 +165,7 @@ def test_trace_day_replays_the_evaluated_policy():
     """`trace_day` (what `evogrid eval --plot` draws) is the evaluated policy on that test day: its rewards
     sum to the evaluation's day_return and its costs to the day's summed cost; the grid view holds the
     dispatch (MW per unit), the load and the branch loadings, and the dispatch meets load every step (DC)."""
-    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,)))
+    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,), safety="off"))
     state, _ = wf.step(wf.init())
     ev = wf.evaluate(state)
     for day in (0, 5):
@@ -202,7 +202,7 @@ def test_wandb_logging_one_run_per_run_directory(tmp_path, monkeypatch):
 
     fake = _FakeWandb()
     monkeypatch.setitem(sys.modules, "wandb", fake)
-    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,)))
+    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,), safety="off"))
     run = tmp_path / "my run"
     wf.learn(wf.init(), 2, run_dir=run, checkpoint_every=2, progress=False, wandb_project="evogrid-tests")
     wf.learn(wf.init(), 3, run_dir=run, checkpoint_every=2, resume=True, progress=False, wandb_project="evogrid-tests")
@@ -221,7 +221,7 @@ def test_steps_per_call_do_not_change_the_run():
     of 10, so calls of 7 and 3): bit-identical metrics and state."""
     runs = []
     for per_call in (1, 10, 7):
-        wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,)))
+        wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,), safety="off"))
         state, history = wf.learn(wf.init(), 20, progress=False, steps_per_call=per_call, checkpoint_every=10)
         runs.append(([{k: v for k, v in r.items() if k != "wall_s"} for r in history], jax.tree_util.tree_leaves(state)))
     for rows, leaves in runs[1:]:

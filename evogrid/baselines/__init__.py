@@ -46,8 +46,9 @@ from evogrid.baselines.report import (  # noqa: F401  (re-exported: the report r
     solved_days,
     summarise,
 )
+from evogrid.utils.rundir import atomic_write
 
-BASELINE_VERSION = "13"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
+BASELINE_VERSION = "14"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
 
 
 def supported(task: str) -> bool:
@@ -95,7 +96,7 @@ def baseline(task: str, split: str = "test", refresh: bool = False, operators: b
                 ops = json.loads(path.read_text())
             else:
                 ops = operator_policies(env, params, progress=_progress)
-                path.write_text(json.dumps(ops, indent=1))
+                atomic_write(path, json.dumps(ops, indent=1))
         report["operators"] = ops
         report["summary"]["operators"] = {name: policy_figures(report, v["return"], v["violation"], v["moved_mwh"])
                                           | {"decision_s": v["decision_s"]} for name, v in ops.items()}
@@ -132,7 +133,7 @@ def _oracle_report(task: str, split: str, refresh: bool) -> dict:
         built = ref.build(env, params, parse_task(task), _progress)
     report = {"task": task, "split": split, "return_unit": env.units(params)["return"], **built}
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1))
+    atomic_write(path, json.dumps(report, indent=1))
     return report
 
 

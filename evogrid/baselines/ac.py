@@ -1,9 +1,11 @@
 """Transmission, AC mode: a sequential AC optimal power flow by PYPOWER (`runopf`) as the reference.
 
-What the reference includes, per step of a day, in order: the step's bus loads (P and Q, as the env sees
-them), the units' cost curves, their active limits narrowed to the ramp window around the reference's
-own previous dispatch (the start-of-day state's for the first step) and to PLAN_BAND of a ramp around
-the day's plan, Qmin/Qmax, every bus's voltage band, and the env's line ratings as MVA limits on both
+It runs in closed loop with the env, as an operator re-solves from the measured state: each step's
+OPF starts from the units' actual outputs (after the env's load following moved them), its set-points go
+to the env as actions, and the env's next state starts the next step. What the reference includes, per
+step of a day, in order: the step's bus loads (P and Q, as the env sees them), the units' cost curves,
+their active limits narrowed to the ramp window around the units' actual last outputs and to PLAN_BAND
+of a ramp around the day's plan, Qmin/Qmax, every bus's voltage band, and the env's line ratings as MVA limits on both
 ends of every branch (PYPOWER's default flow limit). It chooses each unit's active output and each
 bus's voltage, the generator voltage set-points among them (where no dispatch near the plan meets
 every limit, within the ramp window alone). The plan is the perfect-foresight
@@ -25,6 +27,7 @@ dependency (`pip install -e ".[oracles]"`; the test extra has it).
 """
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -52,7 +55,7 @@ def ac_opf_reference(env, params, case, days=None, progress=None) -> list[DaySch
     opts = ppoption(VERBOSE=0, OUT_ALL=0)
     g = lambda x: np.asarray(x, np.float64)  # noqa: E731
     load_p, load_q = g(params.load_p), g(params.load_q)
-    from evogrid.envs.trans import setpoints_in_band
+    from evogrid.envs.trans import dispatch_action, setpoints_in_band, voltage_action
 
     case = setpoints_in_band(case)   # as the env holds them without voltage control
     ppc = dict(version="2", baseMVA=case.base_mva, bus=case.bus.copy(), gen=case.gen.copy(),
@@ -72,13 +75,22 @@ def ac_opf_reference(env, params, case, days=None, progress=None) -> list[DaySch
     dtype = params.load_p.dtype
     planned = params.replace(ac=False, load_p=(load_p * (1.0 + loss_share)[:, None, None]).astype(dtype),
                              pmin=pmin.astype(dtype), pmax=pmax.astype(dtype), ramp=ramp.astype(dtype))   # the aimed limits
+    @jax.jit
+    def advance(state, want, v):   # one env step asking for active outputs `want` and voltages `v`
+        action = dispatch_action(params, want, state.pg)
+        if params.voltage_control:
+            action = jnp.concatenate([action, voltage_action(params, v)])
+        return env.step_no_reset(jax.random.key(0), state, action, params)[1]
+
     for d in each_day(range(load_p.shape[0]) if days is None else days, progress):
         plan = dc_opf_oracle(planned, days=[d])[0]
         if plan.status != "optimal":
             out.append(DaySchedule(int(d), "infeasible", None))
             continue
-        pg, vm, cost, prev = [], [], 0.0, start[d]
+        pg, vm, cost = [], [], 0.0
+        state = env.reset_to_day(jnp.int32(d), params)[1]
         for t in range(params.max_steps):
+            prev = np.asarray(state.pg, np.float64)
             ppc["bus"][:, PD], ppc["bus"][:, QD] = load_p[d, t], load_q[d, t]
             lo, hi = np.maximum(pmin, prev - ramp), np.minimum(pmax, prev + ramp)
             ppc["gen"][:, PMIN] = np.minimum(np.maximum(lo, plan.pg[t] - band), hi)
@@ -89,9 +101,9 @@ def ac_opf_reference(env, params, case, days=None, progress=None) -> list[DaySch
                 result = runopf(ppc, opts)
             if not result["success"]:
                 break
-            prev = result["gen"][:, 1].copy()
-            pg.append(prev)
+            pg.append(result["gen"][:, 1].copy())
             vm.append(result["bus"][vbus, 7])
+            state = advance(state, jnp.asarray(pg[-1], dtype), jnp.asarray(vm[-1], dtype))
             cost += float(result["f"]) * dt * scale
         if len(pg) < params.max_steps:
             out.append(DaySchedule(int(d), "infeasible", None))

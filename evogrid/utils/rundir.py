@@ -24,7 +24,8 @@ RUN_MARKERS = ("config.json", "metrics.jsonl", "checkpoints")
 
 
 def atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Replace `path` by `text` at once: a reader (another process too) sees the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")   # one per writer: two processes may write one cache
     tmp.write_text(text)
     os.replace(tmp, path)
 
