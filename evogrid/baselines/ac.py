@@ -1,8 +1,9 @@
 """Transmission, AC mode: a sequential AC optimal power flow by PYPOWER (`runopf`) as the reference.
 
 It runs in closed loop with the env, as an operator re-solves from the measured state: each step's
-OPF starts from the units' actual outputs (after the env's load following moved them), its set-points go
-to the env as actions, and the env's next state starts the next step. What the reference includes, per
+OPF starts from the units' actual outputs, its set-points go to the env as actions (corrected, by
+playing the step, for what the env's load following will move them: `advance`), and the env's next
+state starts the next step. What the reference includes, per
 step of a day, in order: the step's bus loads (P and Q, as the env sees them), the units' cost curves,
 their active limits narrowed to the ramp window around the units' actual last outputs and to PLAN_BAND
 of a ramp around the day's plan, Qmin/Qmax, every bus's voltage band, and the env's line ratings as MVA limits on both
@@ -40,6 +41,7 @@ V_AIM = 0.002        # p.u. inside each bus's voltage band
 RAMP_AIM = 0.95      # share of each unit's ramp the OPF may use between steps
 SLACK_RESERVE = 0.3  # share of the slack unit's ramp kept free for the losses' change, which it balances
 PLAN_BAND = 0.2      # share of a unit's ramp the AC-OPF may move it off the day's DC plan (for the losses)
+SETTLE_ITERS = 3     # corrections of the set-points asked for, so that the env's load following lands on the OPF's
 
 def ac_opf_reference(env, params, case, days=None, progress=None) -> list[DaySchedule]:
     """The sequential AC-OPF of each day (default: every day): `cost` = the summed OPF objectives in reward
@@ -76,18 +78,25 @@ def ac_opf_reference(env, params, case, days=None, progress=None) -> list[DaySch
     planned = params.replace(ac=False, load_p=(load_p * (1.0 + loss_share)[:, None, None]).astype(dtype),
                              pmin=pmin.astype(dtype), pmax=pmax.astype(dtype), ramp=ramp.astype(dtype))   # the aimed limits
     @jax.jit
-    def advance(state, want, v):   # one env step asking for active outputs `want` and voltages `v`
-        action = dispatch_action(params, want, state.pg)
-        if params.voltage_control:
-            action = jnp.concatenate([action, voltage_action(params, v)])
-        return env.step_no_reset(jax.random.key(0), state, action, params)[1]
+    def advance(state, want, v):
+        """One env step that lands every unit but the slack on `want` (and the voltages on `v`): the set-points
+        asked for are corrected SETTLE_ITERS times by what the env's load following moved them (it shares its
+        estimate's miss of the losses among the units). Returns (next state, set-points asked for)."""
+        def played(ask):
+            action = dispatch_action(params, ask, state.pg)
+            if params.voltage_control:
+                action = jnp.concatenate([action, voltage_action(params, v)])
+            return env.step_no_reset(jax.random.key(0), state, action, params)[1]
+
+        ask = jax.lax.fori_loop(0, SETTLE_ITERS, lambda _, a: a + (want - played(a).pg) * (1.0 - params.slack), want)
+        return played(ask), ask
 
     for d in each_day(range(load_p.shape[0]) if days is None else days, progress):
         plan = dc_opf_oracle(planned, days=[d])[0]
         if plan.status != "optimal":
             out.append(DaySchedule(int(d), "infeasible", None))
             continue
-        pg, vm, cost = [], [], 0.0
+        pg, vm, ask, cost = [], [], [], 0.0
         state = env.reset_to_day(jnp.int32(d), params)[1]
         for t in range(params.max_steps):
             prev = np.asarray(state.pg, np.float64)
@@ -103,12 +112,13 @@ def ac_opf_reference(env, params, case, days=None, progress=None) -> list[DaySch
                 break
             pg.append(result["gen"][:, 1].copy())
             vm.append(result["bus"][vbus, 7])
-            state = advance(state, jnp.asarray(pg[-1], dtype), jnp.asarray(vm[-1], dtype))
+            state, sent = advance(state, jnp.asarray(pg[-1], dtype), jnp.asarray(vm[-1], dtype))
+            ask.append(np.asarray(sent, np.float64))
             cost += float(result["f"]) * dt * scale
         if len(pg) < params.max_steps:
             out.append(DaySchedule(int(d), "infeasible", None))
         else:
-            out.append(DaySchedule(int(d), "optimal", cost, np.array(pg), vm=np.array(vm)))
+            out.append(DaySchedule(int(d), "optimal", cost, np.array(pg), vm=np.array(vm), ask=np.array(ask)))
     return out
 
 
@@ -125,7 +135,7 @@ def replay_reference(env, params, reference: list[DaySchedule]):
             costs.append(np.full(env.num_constraints(params), np.nan))
             continue
         vm = jnp.asarray(day.vm, dtype) if params.voltage_control else None
-        ret, c = run(jnp.int32(day.day), jnp.asarray(day.pg, dtype), vm)
+        ret, c = run(jnp.int32(day.day), jnp.asarray(day.pg if day.ask is None else day.ask, dtype), vm)
         returns.append(float(ret))
         costs.append(np.asarray(c, np.float64))
     return np.array(returns), np.array(costs)

@@ -45,6 +45,7 @@ class DaySchedule:
     binding: dict = field(default_factory=dict)   # limit name -> whether it binds at some step ("line", "ramp", ...)
     n1_rows: int = 0                   # N-1 rows constraint generation added
     vm: np.ndarray | None = None       # [T, n_vbus] p.u. voltages of the voltage-controlled buses (AC reference)
+    ask: np.ndarray | None = None      # [T, n_units] MW the set-points to ask for to get `pg` (AC reference; else `pg`)
 
 
 class _Problem:
