@@ -111,7 +111,8 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
         `max_steps` crosses episode boundaries, the sum over all of them), episode_cost [*B, C]
         (same span), episode_length [*B], and (with `obs_moments`) obs_mean / obs_var [obs_dim]
         and obs_count over every observation the policy saw in a live episode; for each name in
-        `info_sums`, that per-step `info` entry summed over the same span (e.g. "layer_moved").
+        `info_sums`, that per-step `info` entry summed over the same span (e.g. "layer_moved"; a vector
+        entry such as "dispatch_mw" [*B, n_units] is summed entry by entry).
       trajectories: None, or with `keep_trajectory` a dict of obs, action, reward, costs, done [max_steps, *B, ...].
     *B is the batch shape of the env (empty for a single env, [num_envs] for a TrainingWrapper).
     `auto_reset` forces the step kind (default: resets only when `max_steps` exceeds the horizon).
@@ -124,7 +125,8 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
 
     def fold(acc, tr: Transition):
         alive, ret, cost, length, s1, s2, count, sums = acc
-        sums = {k: v + jnp.where(alive, tr.info[k], 0.0) for k, v in sums.items()}
+        sums = {k: v + jnp.where(alive.reshape(alive.shape + (1,) * (v.ndim - alive.ndim)), tr.info[k], 0.0)
+                for k, v in sums.items()}
         if obs_moments:
             flat = tr.obs.reshape(-1, obs_dim) * alive.reshape(-1, 1)
             s1, s2, count = s1 + flat.sum(0), s2 + (flat * flat).sum(0), count + alive.sum()
@@ -137,8 +139,12 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
 
     n_costs = env.num_constraints(params)
     zeros = jnp.zeros((obs_dim,), obs.dtype)
+    info = {}
+    if info_sums:   # the shapes of the summed entries (vectors too, e.g. a dispatch [*B, n_units]), from a trace
+        step = jax.eval_shape(lambda: env.step_no_reset(k_steps, state, policy(obs), params))
+        info = {k: step[-1][k].shape for k in info_sums}
     acc0 = (jnp.ones(batch, bool), jnp.zeros(batch, obs.dtype), jnp.zeros(batch + (n_costs,), obs.dtype),
-            jnp.zeros(batch, jnp.int32), zeros, zeros, jnp.zeros((), obs.dtype), {k: jnp.zeros(batch, obs.dtype) for k in info_sums})
+            jnp.zeros(batch, jnp.int32), zeros, zeros, jnp.zeros((), obs.dtype), {k: jnp.zeros(info[k], obs.dtype) for k in info_sums})
     # episodes that can end before the horizon (gymnax): stop once every one has (nothing changes after)
     until = (lambda acc: ~jnp.any(acc[0])) if getattr(env, "ends_early", False) and not crosses and not keep_trajectory else None
     _, _, traj, acc = collect(env, params, deterministic(policy), k_steps, state, obs, max_steps, reset=crosses,

@@ -111,16 +111,26 @@ class ECWorkflow(Workflow):
         self.model, _, _ = make_vmap_mlp(self.obs_dim, self.act_dim, config.hidden, config.activation)
         flat, self.unravel = flat_init(self.model, jax.random.key(0), self.obs_dim)
         self.num_params = flat.shape[0]
-        if config.algorithm == "GA":
-            self.strategy = GeneticAlgorithm(config.pop_size, config.elite, config.sigma, config.mutation_rate)
-        else:
-            self.strategy = EvosaxStrategy(config.algorithm, config.pop_size, flat, config.sigma, config.learning_rate)
+        self.strategy = self.make_strategy(flat)
         self.episodes = TrainingWrapper(self.env, config.episodes_per_individual, config.vmap_step)
 
     # --- hooks ---------------------------------------------------------------------------
+    info_sums: tuple[str, ...] = ()   # per-step info entries each individual's episodes also sum (`rollout`)
+
     def fitness(self, returns, costs, lagrangian: Lagrangian):
         """Fitness to maximise from mean episode returns [pop] and summed cost channels [pop, C]."""
         return lagrangian.penalise(returns, costs)
+
+    def make_strategy(self, flat):
+        """The population strategy (`init / ask / tell / center`) for the flattened initial parameters `flat`."""
+        config = self.config
+        if config.algorithm == "GA":
+            return GeneticAlgorithm(config.pop_size, config.elite, config.sigma, config.mutation_rate)
+        return EvosaxStrategy(config.algorithm, config.pop_size, flat, config.sigma, config.learning_rate)
+
+    def tell(self, key, population, fitness, metrics, strategy_state):
+        """Hand the evaluated population to the strategy (`metrics`: every individual's episode metrics)."""
+        return self.strategy.tell(key, population, fitness, strategy_state)
 
     # --- workflow ----------------------------------------------------------------------
     def _init(self, key) -> ECState:
@@ -148,7 +158,7 @@ class ECWorkflow(Workflow):
 
     def _play(self, flat_params, key, norm, batch_env):
         metrics, _ = rollout(batch_env, self._policy(flat_params, norm), key, self.env_params.max_steps, self.env_params,
-                             obs_moments=self.config.obs_norm)
+                             obs_moments=self.config.obs_norm, info_sums=self.info_sums)
         return metrics
 
     def _play_population(self, population, key, norm):
@@ -186,7 +196,7 @@ class ECWorkflow(Workflow):
         returns = metrics["episode_return"].mean(-1)          # [pop]
         costs = metrics["episode_cost"].mean(-2)              # [pop, C]
         fitness = self.fitness(returns, costs, state.lagrangian)
-        es_state = self.strategy.tell(k_tell, population, fitness, es_state)
+        es_state = self.tell(k_tell, population, fitness, metrics, es_state)
         # every `select_every` generations the distribution's centre and this generation's fittest member
         # are played on the validation days; the best of them and the policy kept so far is kept
         due = (state.generation % self.config.select_every == 0)

@@ -18,6 +18,7 @@ from evogrid.workflows.coevo import CoevoConfig, CoevolutionWorkflow
 from evogrid.workflows.ec import ALGORITHMS as EC_ALGORITHMS
 from evogrid.workflows.ec import ECConfig, ECWorkflow
 from evogrid.workflows.erl import ERL_ALGORITHMS, ERLConfig, ERLWorkflow
+from evogrid.workflows.qd import MAPElitesConfig, MAPElitesWorkflow
 from evogrid.workflows.rl import RLWorkflow, rl_config
 
 _REGISTRY: dict[str, tuple[str, type, type]] = {}  # normalised name -> (name, config class, workflow class)
@@ -63,5 +64,6 @@ register("td3", rl_config(TD3), RLWorkflow)
 register("sac", rl_config(SAC), RLWorkflow)
 for _name in ERL_ALGORITHMS:
     register(_name, ERLConfig, ERLWorkflow)
+register("map_elites", MAPElitesConfig, MAPElitesWorkflow)
 register("coevo", CoevoConfig, CoevolutionWorkflow)
 register("attack", AttackConfig, AttackWorkflow)
