@@ -32,9 +32,9 @@ def test_unknown_names_are_refused_before_any_run(tmp_path, capsys):
 @pytest.mark.slow
 def test_bench_resumes_and_records_failures(tmp_path, monkeypatch):
     out, logs = tmp_path / "b", []
-    bench.bench(["Open_ES"], ["tso-case5"], 1, out, generations=2, log=logs.append)   # the layer on and off
+    bench.bench(["Open_ES"], ["tso-case5"], 1, out, generations=1, log=logs.append)   # the layer on and off
     # a second call with one more seed and a failing cell (coevo has no safety layer: off only): only the new runs
-    rows = bench.bench(["Open_ES", "coevo"], ["tso-case5"], 2, out, generations=2, log=logs.append)
+    rows = bench.bench(["Open_ES", "coevo"], ["tso-case5"], 2, out, generations=1, log=logs.append)
     assert any("2 runs done, 4 to go" in m for m in logs) and logs[-1].startswith("evogrid bench: 4 runs in ")
     by = {(r["algorithm"], r["layer"], r["seed"]): r for r in rows}
     assert len(rows) == 6 and all(by[("Open_ES", layer, s)]["status"] == "ok" for layer in ("on", "off") for s in (0, 1))
