@@ -380,7 +380,7 @@ def _plot_archive(result: dict, config, run: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 5))
     (x0, x1), (y0, y1) = DESCRIPTORS[config.descriptors[0]], DESCRIPTORS[config.descriptors[-1]] if ret.shape[0] > 1 else (0, 1)
     image = ax.imshow(ret, origin="lower", extent=(x0, x1, y0, y1), aspect="auto", cmap="viridis")
-    full = days == np.nanmax(days) if np.any(days) else np.zeros_like(days, bool)
+    full = days == len(result["day_return"])   # feasible on every test day
     for i, j in zip(*np.nonzero(full)):
         w, h = (x1 - x0) / ret.shape[1], (y1 - y0) / ret.shape[0]
         ax.add_patch(plt.Rectangle((x0 + j * w, y0 + i * h), w, h, fill=False, edgecolor="red", linewidth=1.2))

@@ -77,10 +77,10 @@ class MAPElites:
 
     def tell(self, key, population, fitness, state: Archive, descriptor, costs) -> Archive:
         fitness = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf)
-        key = jnp.where(jnp.isfinite(fitness), self.rank(fitness, costs), -jnp.inf)
+        order = self.rank(fitness, costs)                                           # -inf: never enters
         cell = self.cell(descriptor)
-        best = jax.ops.segment_max(key, cell, num_segments=self.n_cells)          # -inf in cells no child hit
-        first = jnp.where(key == best[cell], jnp.arange(self.pop_size), self.pop_size)
+        best = jax.ops.segment_max(order, cell, num_segments=self.n_cells)          # -inf in cells no child hit
+        first = jnp.where(order == best[cell], jnp.arange(self.pop_size), self.pop_size)
         winner = jnp.minimum(jax.ops.segment_min(first, cell, num_segments=self.n_cells), self.pop_size - 1)
         better = best > self.rank(state.fitness, state.costs)
         take = lambda new, old: jnp.where(better.reshape((-1,) + (1,) * (old.ndim - 1)), new[winner], old)  # noqa: E731

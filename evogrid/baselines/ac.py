@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evogrid.baselines.report import Reference, percent, register_reference, schedule_report
-from evogrid.baselines.tso import DaySchedule, dc_opf_oracle, each_day, replay_program
+from evogrid.baselines.tso import DaySchedule, dc_opf_oracle, each_day, replay_program, setpoint_action
 from evogrid.case.matpower import PD, PMAX, PMIN, QD, RATE_A, VMAX, VMIN
 
 RATING_AIM = 0.995   # MVA limits the OPF meets: this share of the env's ratings
@@ -57,7 +57,7 @@ def ac_opf_reference(env, params, case, days=None, progress=None) -> list[DaySch
     opts = ppoption(VERBOSE=0, OUT_ALL=0)
     g = lambda x: np.asarray(x, np.float64)  # noqa: E731
     load_p, load_q = g(params.load_p), g(params.load_q)
-    from evogrid.envs.trans import dispatch_action, setpoints_in_band, voltage_action
+    from evogrid.envs.trans import setpoints_in_band
 
     case = setpoints_in_band(case)   # as the env holds them without voltage control
     ppc = dict(version="2", baseMVA=case.base_mva, bus=case.bus.copy(), gen=case.gen.copy(),
@@ -83,9 +83,7 @@ def ac_opf_reference(env, params, case, days=None, progress=None) -> list[DaySch
         asked for are corrected SETTLE_ITERS times by what the env's load following moved them (it shares its
         estimate's miss of the losses among the units). Returns (next state, set-points asked for)."""
         def played(ask):
-            action = dispatch_action(params, ask, state.pg)
-            if params.voltage_control:
-                action = jnp.concatenate([action, voltage_action(params, v)])
+            action = setpoint_action(params, ask, state.pg, v if params.voltage_control else None)
             return env.step_no_reset(jax.random.key(0), state, action, params)[1]
 
         ask = jax.lax.fori_loop(0, SETTLE_ITERS, lambda _, a: a + (want - played(a).pg) * (1.0 - params.slack), want)

@@ -297,12 +297,20 @@ def dc_opf_oracle(params, days=None, max_rounds: int = 50, progress=None) -> lis
     return out
 
 
+def setpoint_action(params, want, prev, vm=None):
+    """The env action that asks for active outputs `want` [n_units] from the units' last output `prev`
+    (`dispatch_action`) and, given `vm` [n_vbus], for those voltage set-points (`voltage_action`)."""
+    from evogrid.envs.trans import voltage_action
+
+    action = dispatch_action(params, want, prev)
+    return action if vm is None else jnp.concatenate([action, voltage_action(params, vm)])
+
+
 def replay_program(env, params):
     """One compiled `run(day, pg, vm=None) -> (return, summed costs per channel [C])` that plays the schedule
     `pg` [T, n_units] from the start of `day`, each step asking for `pg[t]` from the units' actual last
     output (`dispatch_action`) and, on AC tasks with voltage control, for the voltage set-points `vm[t]`
     [n_vbus] (`voltage_action`)."""
-    from evogrid.envs.trans import voltage_action
 
     @jax.jit
     def run(day, pg, vm=None):
@@ -310,9 +318,7 @@ def replay_program(env, params):
 
         def step(state, x):
             want, v = x
-            action = dispatch_action(params, want, state.pg)
-            if v is not None:
-                action = jnp.concatenate([action, voltage_action(params, v)])
+            action = setpoint_action(params, want, state.pg, v)
             _, state, reward, costs, _, _ = env.step_no_reset(jax.random.key(0), state, action, params)
             return state, (reward, costs)
 
