@@ -12,7 +12,7 @@ from evogrid.envs import list_tasks, make
 from evogrid.safety import shield
 from evogrid.workflows.registry import algorithms, build, config_class
 
-SMALL = {"pop_size": 4, "episodes_per_individual": 1, "episodes": 1, "hidden": (4,), "eval_episodes": 1,
+SMALL = {"pop_size": 4, "agents": 2, "episodes_per_individual": 1, "episodes": 1, "hidden": (4,), "eval_episodes": 1,
          "num_envs": 2, "rollout_len": 4, "buffer_size": 64, "warmup_steps": 8, "updates_per_iter": 2,
          "batch_size": 8, "minibatches": 1, "epochs": 1, "select_every": 1, "elite": 1, "critic_hidden": (4,),
          "safety": "off"}   # the layer's own contract is the task test below (and tests/test_safety.py)

@@ -18,6 +18,7 @@ from evogrid.workflows.coevo import CoevoConfig, CoevolutionWorkflow
 from evogrid.workflows.ec import ALGORITHMS as EC_ALGORITHMS
 from evogrid.workflows.ec import ECConfig, ECWorkflow
 from evogrid.workflows.erl import ERL_ALGORITHMS, ERLConfig, ERLWorkflow
+from evogrid.workflows.pbt import PBTWorkflow, pbt_config
 from evogrid.workflows.qd import MAPElitesConfig, MAPElitesWorkflow
 from evogrid.workflows.rl import RLWorkflow, rl_config
 
@@ -62,6 +63,8 @@ for _name in EC_ALGORITHMS:
 register("ppo", rl_config(PPO), RLWorkflow)
 register("td3", rl_config(TD3), RLWorkflow)
 register("sac", rl_config(SAC), RLWorkflow)
+register("pbt", pbt_config(PPO, "pbt", ("learning_rate", "ent_coef", "lagrange_ki")), PBTWorkflow)
+register("pbt_td3", pbt_config(TD3, "pbt_td3", ("learning_rate", "expl_noise", "lagrange_ki")), PBTWorkflow)
 for _name in ERL_ALGORITHMS:
     register(_name, ERLConfig, ERLWorkflow)
 register("map_elites", MAPElitesConfig, MAPElitesWorkflow)

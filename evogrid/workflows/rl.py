@@ -90,25 +90,32 @@ class RLWorkflow(Workflow):
 
     def _step(self, state: RLState):
         cfg = self.config
-        key = jax.random.wrap_key_data(state.key)
-        key, k_roll, k_learn = jax.random.split(key, 3)
-        explore = lambda k, obs: self.agent.explore(state.agent, k, obs)  # noqa: E731
-        env_state, obs, traj, episodes = collect(self.envs, self.env_params, explore, k_roll, state.env_state, state.obs,
-                                                 cfg.rollout_len, fold=track_episodes, acc=state.episodes)
-        agent, metrics = self.agent.learn(state.agent, k_learn, traj, state.lagrangian)
-        lagrangian = state.lagrangian.update(episodes.last_cost, episodes.last_return, cfg)
+        state, metrics = self.train(state, self.agent, cfg)
+        agent, lagrangian = state.agent, state.lagrangian
 
         def select():  # the learner's deterministic policy against the one kept so far, on the validation days
             ret, day_cost = self.validation_score(self._policy(agent, agent.actor))
             k, chosen = state.chosen.consider(ret[None], day_cost[None], lagrangian.weights())
             return tree_where(k >= 0, agent.actor, state.best_actor), chosen
 
-        best_actor, chosen = jax.lax.cond((state.iteration + 1) % cfg.select_every == 0, select,
+        best_actor, chosen = jax.lax.cond(state.iteration % cfg.select_every == 0, select,
                                           lambda: (state.best_actor, state.chosen))
-        state = state.replace(key=jax.random.key_data(key), agent=agent, env_state=env_state, obs=obs, episodes=episodes,
-                              lagrangian=lagrangian, iteration=state.iteration + 1, best_actor=best_actor, chosen=chosen)
+        return state.replace(best_actor=best_actor, chosen=chosen), {**metrics, **chosen.metrics()}
+
+    def train(self, state: RLState, agent, cfg):
+        """One iteration of learning without the choice of a policy: `collect` with `agent`'s exploring policy,
+        `agent.learn`, the multiplier's step with `cfg`'s gains. `agent` and `cfg` are arguments so that
+        population-based training can pass each member its own hyper-parameters (workflows/pbt.py)."""
+        key = jax.random.wrap_key_data(state.key)
+        key, k_roll, k_learn = jax.random.split(key, 3)
+        explore = lambda k, obs: agent.explore(state.agent, k, obs)  # noqa: E731
+        env_state, obs, traj, episodes = collect(self.envs, self.env_params, explore, k_roll, state.env_state, state.obs,
+                                                 cfg.rollout_len, fold=track_episodes, acc=state.episodes)
+        learner, metrics = agent.learn(state.agent, k_learn, traj, state.lagrangian)
+        lagrangian = state.lagrangian.update(episodes.last_cost, episodes.last_return, cfg)
+        state = state.replace(key=jax.random.key_data(key), agent=learner, env_state=env_state, obs=obs,
+                              episodes=episodes, lagrangian=lagrangian, iteration=state.iteration + 1)
         return state, {"return": episodes.last_return, "cost_total": episodes.last_cost.sum(),
-                       **chosen.metrics(),
                        "cost_channels": episodes.last_cost, "multiplier": lagrangian.multiplier,
                        "env_steps": (state.iteration * cfg.num_envs * cfg.rollout_len).astype(jnp.float32), **metrics}
 
