@@ -296,6 +296,10 @@ def _units(workflow, result: dict) -> dict:
             out[key] = units["return"]
         elif key == "gap_days":
             out[key] = "test days the oracle solved"
+        elif key in ("front_size", "archive_filled"):
+            out[key] = "policies"
+        elif key in ("front_feasible", "archive_feasible"):
+            out[key] = "policies within every limit on every test day"
         elif key.endswith("_share"):
             out[key] = "share of test days"
         elif key.endswith("_pct"):
@@ -312,7 +316,8 @@ def _evaluation(workflow, ev) -> dict:
     from evogrid.utils.rundir import flatten_row
 
     names = dict(workflow.metric_names(), cost_channels=workflow.cost_names, profits=getattr(workflow, "agents", None))
-    days = {k: np.asarray(v).tolist() for k, v in ev.items() if k.startswith(("day_", "cells_"))}   # kept as lists
+    days = {k: np.asarray(v).tolist() for k, v in ev.items() if k.startswith(("day_", "cells_", "front_"))
+            and np.ndim(v)}   # kept as lists
     out = flatten_row({k: np.asarray(v).tolist() for k, v in ev.items() if k not in days}, names)
     task = workflow.config.task
     ref = baselines.reference(task)
@@ -360,40 +365,6 @@ def _format_evaluation(ev: dict, where: str = "test days") -> str:
         f"  {k:<{width}}  {v:<11.6g} {units.get(k, '')}".rstrip() for k, v in shown.items())
 
 
-def _plot_archive(result: dict, config, run: Path) -> Path:
-    """A MAP-Elites archive as a map over its first two descriptors (one row for one): each filled cell
-    coloured by its test-day return, the cells that met every limit on every test day outlined."""
-    import matplotlib
-    import numpy as np
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from evogrid.workflows.qd import DESCRIPTORS
-
-    shape = (config.bins,) * len(config.descriptors)
-    ret = np.asarray(result["cells_test_return"], float).reshape(shape)
-    days = np.asarray(result["cells_feasible_days"]).reshape(shape)
-    while ret.ndim > 2:   # more than two descriptors: the best cell over the others
-        ret, days = np.nanmax(ret, axis=-1), days.max(axis=-1)
-    ret, days = np.atleast_2d(ret.T), np.atleast_2d(days.T)
-    fig, ax = plt.subplots(figsize=(6, 5))
-    (x0, x1), (y0, y1) = DESCRIPTORS[config.descriptors[0]], DESCRIPTORS[config.descriptors[-1]] if ret.shape[0] > 1 else (0, 1)
-    image = ax.imshow(ret, origin="lower", extent=(x0, x1, y0, y1), aspect="auto", cmap="viridis")
-    full = days == len(result["day_return"])   # feasible on every test day
-    for i, j in zip(*np.nonzero(full)):
-        w, h = (x1 - x0) / ret.shape[1], (y1 - y0) / ret.shape[0]
-        ax.add_patch(plt.Rectangle((x0 + j * w, y0 + i * h), w, h, fill=False, edgecolor="red", linewidth=1.2))
-    fig.colorbar(image, label="test-day return")
-    ax.set_xlabel(config.descriptors[0])
-    ax.set_ylabel(config.descriptors[-1] if len(config.descriptors) > 1 else "")
-    ax.set_title(f"MAP-Elites archive on {config.task} (red: every test day within limits)")
-    path = run / "archive.png"
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
 def _eval(args) -> int:
     from evogrid.utils.checkpoint import Checkpointer, CheckpointError
     from evogrid.workflows.registry import build
@@ -422,8 +393,8 @@ def _eval(args) -> int:
     result = _evaluation(workflow, workflow.evaluate(state))
     (run / "eval.json").write_text(json.dumps(result, indent=1))
     print(_format_evaluation(result))
-    if "cells_fitness" in result:
-        print(f"archive over {', '.join(config.descriptors)}: {_plot_archive(result, config, run)}")
+    for what, path in workflow.plot_evaluation(result, run):
+        print(f"{what}: {path}")
     if args.plot:
         print(f"grid over test day {args.day}: {_plot_day(workflow, config, state, args.day, run)}")
     return 0

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from evogrid.operators import GaussianMutation
+from evogrid.operators import iso_line_variation
 
 
 @struct.dataclass
@@ -41,7 +41,6 @@ class MAPElites:
         self.pop_size, self.sigma, self.line_sigma = pop_size, sigma, line_sigma
         self.bins, self.n_cells, self.n_costs = tuple(bins), math.prod(bins), n_costs
         self.lo, self.hi = jnp.asarray(lo, jnp.float32), jnp.asarray(hi, jnp.float32)
-        self.mutation = GaussianMutation(rate=1.0, scale=sigma)
         self.tol = tol
 
     def rank(self, fitness, costs):
@@ -72,8 +71,7 @@ class MAPElites:
         pick = jax.random.choice(k_pick, self.n_cells, (2, self.pop_size), p=p)
         a = jnp.where(any_filled, state.params[pick[0]], state.mean)
         b = jnp.where(any_filled, state.params[pick[1]], state.mean)
-        line = self.line_sigma * jax.random.normal(k_line, (self.pop_size, 1), a.dtype) * (b - a)
-        return self.mutation.mutate_population(k_mut, a) + line, state
+        return iso_line_variation(k_mut, k_line, a, b, self.sigma, self.line_sigma), state
 
     def tell(self, key, population, fitness, state: Archive, descriptor, costs) -> Archive:
         fitness = jnp.where(jnp.isfinite(fitness), fitness, -jnp.inf)

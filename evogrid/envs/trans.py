@@ -232,6 +232,7 @@ class TransGridEnv(Environment):
             "gen_cost": gen_cost,
             "slack_mw": ps,
             "losses_mw": jnp.sum(pg) - jnp.sum(load_p),
+            "peak_loading": jnp.max(jnp.abs(flow) / rate),   # the most loaded line's flow over its rating
             "nonfinite_actions": n_bad,
             "converged": extra["converged"],
             "islanded": extra["islanded"],

@@ -1,5 +1,5 @@
 """Workflows compose algorithms into runs: `ECWorkflow` (evosax strategies, native GA), `RLWorkflow` (PPO,
-TD3, SAC), `PBTWorkflow` (population-based training), `ERLWorkflow` (ERL, CEM-RL), `MAPElitesWorkflow` (an archive of diverse policies), `CoevolutionWorkflow` (market co-evolution), `AttackWorkflow`
+TD3, SAC), `PBTWorkflow` (population-based training), `ERLWorkflow` (ERL, CEM-RL), `MAPElitesWorkflow` (an archive of diverse policies), `NSGA2Workflow` (a Pareto front), `CoevolutionWorkflow` (market co-evolution), `AttackWorkflow`
 (operator vs line-tripping attacker), and the registry
 (`build`, `config_class`, `algorithms`) that maps algorithm names to (config, workflow)."""
 from evogrid.workflows.attack import AttackConfig, AttackWorkflow
@@ -7,6 +7,7 @@ from evogrid.workflows.base import EVAL_SEED, Workflow
 from evogrid.workflows.coevo import CoevoConfig, CoevolutionWorkflow
 from evogrid.workflows.ec import ALGORITHMS, ECConfig, ECState, ECWorkflow
 from evogrid.workflows.erl import ERL_ALGORITHMS, ERLConfig, ERLState, ERLWorkflow
+from evogrid.workflows.pareto import OBJECTIVES, NSGA2Config, NSGA2Workflow
 from evogrid.workflows.pbt import PBTWorkflow, pbt_config
 from evogrid.workflows.qd import DESCRIPTORS, MAPElitesConfig, MAPElitesWorkflow
 from evogrid.workflows.registry import algorithms, build, config_class, register
@@ -20,6 +21,6 @@ TD3PBTConfig = config_class("pbt_td3")
 
 __all__ = [
     "ALGORITHMS", "AttackConfig", "AttackWorkflow", "CoevoConfig", "CoevolutionWorkflow", "ECConfig", "ECState", "ECWorkflow", "ERL_ALGORITHMS",
-    "DESCRIPTORS", "ERLConfig", "ERLState", "ERLWorkflow", "EVAL_SEED", "MAPElitesConfig", "MAPElitesWorkflow", "PBTConfig", "PBTWorkflow", "PPOConfig", "RLConfig", "RLState", "RLWorkflow",
+    "DESCRIPTORS", "ERLConfig", "ERLState", "ERLWorkflow", "EVAL_SEED", "MAPElitesConfig", "MAPElitesWorkflow", "NSGA2Config", "NSGA2Workflow", "OBJECTIVES", "PBTConfig", "PBTWorkflow", "PPOConfig", "RLConfig", "RLState", "RLWorkflow",
     "SACConfig", "TD3Config", "TD3PBTConfig", "Workflow", "algorithms", "build", "config_class", "register", "rl_config", "pbt_config",
 ]

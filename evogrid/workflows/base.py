@@ -218,6 +218,11 @@ class Workflow:
                 "feasible_share": feasible.mean(), "day_return": returns, "day_cost": costs.sum(-1),
                 "day_feasible": feasible}
 
+    def plot_evaluation(self, result: dict, run_dir: Path) -> list:
+        """Figures of an evaluation (`evogrid eval` writes `result` and calls this): [(what, path)] of the files
+        written into `run_dir`; none by default (MAP-Elites draws its archive, NSGA-II its front)."""
+        return []
+
     def chosen_policy(self, state):
         """`policy(obs) -> action` of the run's chosen policy (the one `evaluate` reports)."""
         raise NotImplementedError(f"{type(self).__name__} has no single policy to trace")

@@ -18,6 +18,7 @@ from evogrid.workflows.coevo import CoevoConfig, CoevolutionWorkflow
 from evogrid.workflows.ec import ALGORITHMS as EC_ALGORITHMS
 from evogrid.workflows.ec import ECConfig, ECWorkflow
 from evogrid.workflows.erl import ERL_ALGORITHMS, ERLConfig, ERLWorkflow
+from evogrid.workflows.pareto import NSGA2Config, NSGA2Workflow
 from evogrid.workflows.pbt import PBTWorkflow, pbt_config
 from evogrid.workflows.qd import MAPElitesConfig, MAPElitesWorkflow
 from evogrid.workflows.rl import RLWorkflow, rl_config
@@ -68,5 +69,6 @@ register("pbt_td3", pbt_config(TD3, "pbt_td3", ("learning_rate", "expl_noise", "
 for _name in ERL_ALGORITHMS:
     register(_name, ERLConfig, ERLWorkflow)
 register("map_elites", MAPElitesConfig, MAPElitesWorkflow)
+register("nsga2", NSGA2Config, NSGA2Workflow)
 register("coevo", CoevoConfig, CoevolutionWorkflow)
 register("attack", AttackConfig, AttackWorkflow)
