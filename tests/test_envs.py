@@ -186,6 +186,7 @@ def test_dc_dispatch_balance_ramp_and_costs():
         flow = np.asarray(new.flow)
         over = np.maximum(np.abs(flow) - case.rate_a, 0.0).sum() / 100.0
         np.testing.assert_allclose(float(costs[0]), over, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(float(info["peak_loading"]), np.max(np.abs(flow) / case.rate_a), rtol=1e-12)
         ps = pg[slack]
         np.testing.assert_allclose(float(costs[1]), max(ps - 200.0, 0) / 100 + max(-ps, 0) / 100, atol=1e-12)
         ramp_s = 0.25 * 200.0
