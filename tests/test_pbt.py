@@ -3,7 +3,7 @@ bit-identical resume, bad configs; learning on tso-case5 (seeded)."""
 import jax
 import numpy as np
 import pytest
-from conftest import metrics_rows
+from conftest import assert_resumes_bit_identically
 
 from evogrid.envs import make
 from evogrid.workflows import build
@@ -72,12 +72,7 @@ def test_a_round_copies_the_first_members_into_the_last_and_perturbs_them(small)
 @pytest.mark.slow
 def test_resume_is_bit_identical(tmp_path, small):
     """A resume across a round (select_every 2, checkpoints every 3) continues bit for bit."""
-    full, _ = small.learn(small.init(), 5, run_dir=tmp_path / "a", checkpoint_every=3, progress=False)
-    small.learn(small.init(), 3, run_dir=tmp_path / "b", checkpoint_every=3, progress=False)
-    resumed, _ = small.learn(small.init(), 5, run_dir=tmp_path / "b", checkpoint_every=3, resume=True, progress=False)
-    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(full), jax.tree_util.tree_leaves(resumed)):
-        assert np.array_equal(np.asarray(a), np.asarray(b)), jax.tree_util.keystr(path)
-    assert metrics_rows(tmp_path / "a" / "metrics.jsonl") == metrics_rows(tmp_path / "b" / "metrics.jsonl")
+    assert_resumes_bit_identically(small, tmp_path, total=5, cut=3, every=3)
 
 
 def test_bad_pbt_configs():

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import metrics_rows
+from conftest import assert_resumes_bit_identically
 
 from evogrid.algorithms import gae
 from evogrid.utils.replay import ReplayBuffer
@@ -93,13 +93,7 @@ def test_resume_is_bit_identical(tmp_path):
     """TD3's state holds networks, optimiser states, the buffer, the multiplier and the env batch."""
     cfg = TD3Config(task="tso-case5", num_envs=4, rollout_len=12, buffer_size=200, warmup_steps=24,
                     updates_per_iter=4, batch_size=16, safety="off")
-    wf = RLWorkflow(cfg)
-    full, _ = wf.learn(wf.init(), 4, run_dir=tmp_path / "a", checkpoint_every=2, progress=False)
-    wf.learn(wf.init(), 2, run_dir=tmp_path / "b", checkpoint_every=2, progress=False)
-    resumed, _ = wf.learn(wf.init(), 4, run_dir=tmp_path / "b", checkpoint_every=2, resume=True, progress=False)
-    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(full), jax.tree_util.tree_leaves(resumed)):
-        assert np.array_equal(np.asarray(a), np.asarray(b)), jax.tree_util.keystr(path)
-    assert metrics_rows(tmp_path / "a" / "metrics.jsonl") == metrics_rows(tmp_path / "b" / "metrics.jsonl")
+    assert_resumes_bit_identically(RLWorkflow(cfg), tmp_path, total=4, cut=2, every=2)
 
 
 def test_bad_rl_config():
