@@ -19,8 +19,8 @@ optimum can be cheaper. Each step's cost is a local optimum of a nonconvex probl
 interior-point solver, PIPS), in float64.
 
 It aims a little inside the limits (ratings x RATING_AIM, voltage bands narrowed by V_AIM, ramps x
-RAMP_AIM, and SLACK_RESERVE of the slack unit's ramp kept off its limits and its ramp, for the change of
-the losses it balances), as an operator keeps a margin: replayed through the env (the active set-points and the
+RAMP_AIM with the unused share of the ramp kept off each unit's output limits as well, and SLACK_RESERVE
+of the slack unit's ramp kept off its limits and its ramp, for the change of the losses it balances), as an operator keeps a margin: replayed through the env (the active set-points and the
 voltage set-points as actions, `dispatch_action` / `voltage_action`), the env's load following and its
 reactive limits move the state a little from the OPF's, and the margin keeps the replay within every
 limit. That replay is what the reference reports as the controller's figures. PYPOWER is an optional
@@ -66,7 +66,12 @@ def ac_opf_reference(env, params, case, days=None, progress=None) -> list[DaySch
     ppc["bus"][:, VMIN], ppc["bus"][:, VMAX] = g(params.vmin) + V_AIM, g(params.vmax) - V_AIM
     slack = g(params.slack)
     reserve = SLACK_RESERVE * g(params.ramp) * slack
-    pmin, pmax, ramp = g(params.pmin) + reserve, g(params.pmax) - reserve, g(params.ramp) * RAMP_AIM - reserve
+    # every unit keeps the ramp's unused share off its output limits too: the env's load following shares what
+    # its loss estimate misses by each unit's room, and a set-point cannot be asked past a limit to offset it
+    margin = np.maximum(reserve, (1.0 - RAMP_AIM) * g(params.ramp))
+    mid = 0.5 * (g(params.pmin) + g(params.pmax))
+    pmin, pmax = np.minimum(g(params.pmin) + margin, mid), np.maximum(g(params.pmax) - margin, mid)
+    ramp = g(params.ramp) * RAMP_AIM - reserve
     vbus = np.argmax(g(params.vbus_incidence), axis=1)
     dt, scale = float(params.delta_t_hours), float(params.reward_scale)
     start, band = g(params.init.pg), PLAN_BAND * g(params.ramp)
