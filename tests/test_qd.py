@@ -94,7 +94,7 @@ def test_eval_prints_and_plots_the_archive(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["eval", str(run)]) == 0
     out = capsys.readouterr().out
-    assert "archive_filled" in out and "archive_feasible" in out and "archive over cheap_share, spread" in out
+    assert "archive_filled" in out and "archive_feasible" in out and "archive over cheap_share, slack_share" in out
     result = json.loads((run / "eval.json").read_text())
     assert len(result["cells_fitness"]) == 16 and result["archive_filled"] == sum(result["cells_filled"])
     assert (run / "archive.png").stat().st_size > 1000

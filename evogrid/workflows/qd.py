@@ -40,12 +40,16 @@ DESCRIPTORS = {   # name -> (lo, hi)
 
 @dataclasses.dataclass(frozen=True)
 class MAPElitesConfig(ECConfig):
-    """An ECConfig whose strategy is MAP-Elites (`sigma` is the iso mutation's std)."""
+    """An ECConfig whose strategy is MAP-Elites (`sigma` is the iso mutation's std). A member is judged once,
+    on the episodes that placed it, and never played again: so it plays more episodes than an ES member
+    (16 by default) for its cell and its feasibility to hold on days it has not seen."""
 
     algorithm: str = param("map_elites", "quality-diversity archive", choices=("map_elites",))
-    descriptors: tuple[str, ...] = param(("cheap_share", "spread"), "behaviour descriptors of the archive "
+    descriptors: tuple[str, ...] = param(("cheap_share", "slack_share"), "behaviour descriptors of the archive "
                                          f"(any of {', '.join(DESCRIPTORS)})")
-    bins: int = param(10, "archive cells per descriptor", lo=1)
+    bins: int = param(20, "archive cells per descriptor", lo=1)
+    episodes_per_individual: int = param(16, "episodes each member plays before it is placed", lo=1, cli="--episodes")
+    sigma: float = param(0.1, "std of the iso mutation", lo=0.0, lo_open=True)
     line_sigma: float = param(0.2, "std of the step along the line between two parents (iso+line variation)", lo=0.0)
 
     def _check(self):
