@@ -16,11 +16,11 @@ from evogrid.workflows.rl import RLConfig, RLState, RLWorkflow, rl_config
 PPOConfig = config_class("ppo")
 TD3Config = config_class("td3")
 SACConfig = config_class("sac")
-PBTConfig = config_class("pbt")
+PPOPBTConfig = config_class("pbt")
 TD3PBTConfig = config_class("pbt_td3")
 
 __all__ = [
     "ALGORITHMS", "AttackConfig", "AttackWorkflow", "CoevoConfig", "CoevolutionWorkflow", "ECConfig", "ECState", "ECWorkflow", "ERL_ALGORITHMS",
-    "DESCRIPTORS", "ERLConfig", "ERLState", "ERLWorkflow", "EVAL_SEED", "MAPElitesConfig", "MAPElitesWorkflow", "NSGA2Config", "NSGA2Workflow", "OBJECTIVES", "PBTConfig", "PBTWorkflow", "PPOConfig", "RLConfig", "RLState", "RLWorkflow",
+    "DESCRIPTORS", "ERLConfig", "ERLState", "ERLWorkflow", "EVAL_SEED", "MAPElitesConfig", "MAPElitesWorkflow", "NSGA2Config", "NSGA2Workflow", "OBJECTIVES", "PBTWorkflow", "PPOConfig", "PPOPBTConfig", "RLConfig", "RLState", "RLWorkflow",
     "SACConfig", "TD3Config", "TD3PBTConfig", "Workflow", "algorithms", "build", "config_class", "register", "rl_config", "pbt_config",
 ]
