@@ -37,6 +37,7 @@ def test_members_start_at_the_config_and_across_the_ranges(small):
     assert len({r.tobytes() for r in _actor_rows(state.members)}) == 4  # own initialisations
 
 
+@pytest.mark.slow
 def test_a_round_copies_the_first_members_into_the_last_and_perturbs_them(small):
     """select_every 2: step 1 trains, step 2 trains then holds a round. With 4 members and truncation 0.25,
     the member ranked last takes the leader-share member's learner and multiplier; its explored values are
