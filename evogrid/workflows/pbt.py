@@ -116,7 +116,7 @@ class PBTWorkflow(RLWorkflow):
     def _init(self, key) -> PBTState:
         cfg = self.config
         key, k_members, k_hyper = jax.random.split(key, 3)
-        members = jax.vmap(super()._init)(jax.random.split(k_members, cfg.agents))
+        members = jax.jit(jax.vmap(super()._init))(jax.random.split(k_members, cfg.agents))
         hypers = {}
         for name, k in zip(cfg.explore, jax.random.split(k_hyper, len(cfg.explore))):
             lo, hi = RANGES[name]
