@@ -13,8 +13,8 @@ Objectives (`--objectives`, two or more, all minimised; each from the individual
                    (`info["peak_loading"]`; transmission tasks): the security margin bought by dearer
                    dispatch
 
-The reported policy is the front member with the lowest cost (the `center`), chosen on the validation
-days like every workflow. `evaluate` also plays every member of the front on the test days and reports
+The reported policy comes from the front's member best on the first objective (`cost` by default: the
+strategy's `center`) and each generation's fittest, chosen on the validation days like every workflow. `evaluate` also plays every member of the front on the test days and reports
 how many there are, how many meet every limit on every test day (`front_*`), and per member its
 objectives on the test days; `evogrid eval` draws the front (`front.png`).
 """
