@@ -101,3 +101,18 @@ def test_bad_nsga2_configs():
         build({"algorithm": "nsga2", "objectives": ["cost", "co3"]})
     with pytest.raises(ValueError, match="tso-case5 does not report co2; its objectives: cost, peak_loading"):
         build({"algorithm": "nsga2", "task": "tso-case5", "objectives": ["cost", "co2"]})
+
+
+def test_objectives_from_episode_metrics():
+    """cost is minus the mean return; peak_loading the per-step mean over the episodes (its info entry is summed
+    over the steps); co2 the mean summed tonnes (dcmg)."""
+    env, params = make("tso-case5", max_steps=4, n_days=2)
+    _, wf = build({"algorithm": "nsga2", "task": "tso-case5", "pop_size": 4, "hidden": (4,), "safety": "off"}, env, params)
+    metrics = {"episode_return": jnp.array([[-10.0, -20.0]]), "peak_loading": jnp.array([[4 * 0.5, 4 * 0.7]])}
+    np.testing.assert_allclose(np.asarray(wf.objectives(metrics, 4)), [[15.0, 0.6]], rtol=1e-6)
+    env, params = make("dcmg", max_steps=4, n_days=2)
+    _, wf = build({"algorithm": "nsga2", "task": "dcmg", "objectives": ["co2", "cost"], "pop_size": 4, "hidden": (4,)},
+                  env, params)
+    assert wf.info_sums == ("co2_t",)
+    metrics = {"episode_return": jnp.array([[-3.0, -5.0]]), "co2_t": jnp.array([[1.0, 2.0]])}
+    np.testing.assert_allclose(np.asarray(wf.objectives(metrics, 4)), [[1.5, 4.0]], rtol=1e-6)
