@@ -32,7 +32,7 @@ from evogrid.constraints import ConstraintConfig, Lagrangian
 from evogrid.envs.wrappers import TrainingWrapper
 from evogrid.networks import RunningNorm, flat_init, make_vmap_mlp
 from evogrid.networks.mlp import ACTIVATIONS
-from evogrid.rollout import rollout
+from evogrid.rollout import play_days, rollout
 from evogrid.utils.config import param
 from evogrid.utils.jax_utils import tree_where
 from evogrid.utils.sharding import (
@@ -42,7 +42,7 @@ from evogrid.utils.sharding import (
     population_mesh,
     replicate,
 )
-from evogrid.workflows.base import Chosen, Workflow
+from evogrid.workflows.base import EVAL_SEED, Chosen, Workflow
 
 ALGORITHMS = EVOSAX_ALGORITHMS + ("GA",)
 
@@ -229,6 +229,14 @@ class ECWorkflow(Workflow):
         k, chosen = state.chosen.consider(ret, day_cost, state.lagrangian.weights())
         params = jnp.where(k >= 0, candidates[jnp.maximum(k, 0)], state.best_params)
         return params, tree_where(k >= 0, state.obs_norm, state.best_obs_norm), chosen
+
+    def play_members(self, flat_params, norm, info_sums=()):
+        """Each policy of `flat_params` [M, D] (with observation statistics `norm`) on every test day, one after
+        another (`lax.map`), as `evaluate` plays its policy: `rollout` metrics [M, n_days, ...] (with `info_sums`).
+        Archives and fronts report their members with it."""
+        params, key = self.split_params("test"), jax.random.key(EVAL_SEED)
+        return jax.lax.map(lambda flat: play_days(self.env, params, self._policy(flat, norm), key=key, info_sums=info_sums),
+                           flat_params)
 
     def _evaluate(self, state: ECState):
         """The policy chosen on the validation days, on every test day."""

@@ -26,9 +26,8 @@ import jax
 import jax.numpy as jnp
 
 from evogrid.algorithms import NSGA2
-from evogrid.rollout import play_days
 from evogrid.utils.config import param
-from evogrid.workflows.base import EVAL_SEED, FEASIBLE_TOL, met_every_limit
+from evogrid.workflows.base import FEASIBLE_TOL, met_every_limit
 from evogrid.workflows.ec import ECConfig, ECWorkflow
 
 OBJECTIVES = {   # name -> the per-step info entry summed over an episode (None: minus the return)
@@ -96,13 +95,9 @@ class NSGA2Workflow(ECWorkflow):
         params = self.split_params("test")
         member = (front.rank == 0) & jnp.isfinite(front.violation)
 
-        def test_days(flat):
-            m = play_days(self.env, params, self._policy(flat, state.obs_norm), key=jax.random.key(EVAL_SEED),
-                          info_sums=self.info_sums)
-            m = jax.tree_util.tree_map(lambda x: x[None], m)          # days as the episode axis
-            return self.objectives(m, params.max_steps)[0], met_every_limit(m["episode_cost"][0]).sum()
-
-        values, feasible_days = jax.lax.map(test_days, front.params)
+        played = self.play_members(front.params, state.obs_norm, self.info_sums)     # [N, n_days]: days as episodes
+        values = self.objectives(played, params.max_steps)
+        feasible_days = met_every_limit(played["episode_cost"]).sum(-1)
         n_days = self.env.num_days(params)
         every_day = member & (feasible_days == n_days)
         per_member = {f"front_{o}": jnp.where(member, values[:, i], jnp.nan) for i, o in enumerate(self.config.objectives)}

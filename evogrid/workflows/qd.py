@@ -103,11 +103,9 @@ class MAPElitesWorkflow(ECWorkflow):
         archive = state.es_state
         filled = jnp.isfinite(archive.fitness)
 
-        def test_days(flat):
-            returns, costs = self.play_days(self._policy(flat, state.obs_norm), self.split_params("test"))
-            return returns.mean(), met_every_limit(costs).sum()
-
-        returns, feasible_days = jax.lax.map(test_days, archive.params)
+        played = self.play_members(archive.params, state.obs_norm)
+        returns = played["episode_return"].mean(-1)
+        feasible_days = met_every_limit(played["episode_cost"]).sum(-1)
         n_days = self.env.num_days(self.split_params("test"))
         met = filled & (feasible_days == n_days)
         return out | {"archive_filled": filled.sum(), "archive_feasible": met.sum(),
