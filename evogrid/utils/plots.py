@@ -129,3 +129,54 @@ def grid_day(path: Path, trace: dict, title: str, cost_names=(), hours_per_step:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return Path(path)
+
+
+def archive_map(path: Path, test_return, feasible_days, n_days: int, bins: int, names, ranges, title: str):
+    """A quality-diversity archive (`bins` cells per descriptor, flat) over its first and last descriptor (a row for one
+    descriptor; more than two: the best cell over the others): each filled cell coloured by its test-day
+    return, the cells within every limit on all `n_days` test days outlined. Returns the path, or None."""
+    import numpy as np
+
+    plt = _pyplot()
+    if plt is None:
+        return None
+    shape = (bins,) * len(names)
+    ret = np.asarray(test_return, float).reshape(shape)
+    days = np.asarray(feasible_days).reshape(shape)
+    while ret.ndim > 2:
+        ret, days = np.nanmax(ret, axis=-1), days.max(axis=-1)
+    ret, days = np.atleast_2d(ret.T), np.atleast_2d(days.T)
+    fig, ax = plt.subplots(figsize=(6, 5))
+    (x0, x1), (y0, y1) = ranges[0], ranges[-1] if ret.shape[0] > 1 else (0, 1)
+    image = ax.imshow(ret, origin="lower", extent=(x0, x1, y0, y1), aspect="auto", cmap="viridis")
+    for i, j in zip(*np.nonzero(days == n_days)):
+        w, h = (x1 - x0) / ret.shape[1], (y1 - y0) / ret.shape[0]
+        ax.add_patch(plt.Rectangle((x0 + j * w, y0 + i * h), w, h, fill=False, edgecolor="red", linewidth=1.2))
+    fig.colorbar(image, label="test-day return")
+    ax.set_xlabel(names[0])
+    ax.set_ylabel(names[-1] if len(names) > 1 else "")
+    ax.set_title(title)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)
+
+
+def pareto_front(path: Path, x, y, every_day, names, title: str):
+    """A front's members over two objectives (`x`, `y`), those within every limit on every test day
+    (`every_day`) in colour. Returns the path, or None."""
+    import numpy as np
+
+    plt = _pyplot()
+    if plt is None:
+        return None
+    x, y, full = np.asarray(x, float), np.asarray(y, float), np.asarray(every_day, bool)
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    ax.scatter(x[~full], y[~full], c="0.6", label="misses a limit on some test day")
+    ax.scatter(x[full], y[full], c="tab:red", label="every test day within limits")
+    ax.set_xlabel(f"{names[0]} (test days)")
+    ax.set_ylabel(f"{names[1]} (test days)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)

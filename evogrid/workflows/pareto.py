@@ -105,26 +105,14 @@ class NSGA2Workflow(ECWorkflow):
                       "front_feasible_days": jnp.where(member, feasible_days, 0), **per_member}
 
     def plot_evaluation(self, result: dict, run_dir):
-        """front.png: the front's members on the test days over the first two objectives, those within every
-        limit on every test day in colour."""
-        import matplotlib
+        """front.png: the front's members on the test days over the first two objectives."""
         import numpy as np
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from evogrid.utils.plots import pareto_front
 
-        x_name, y_name = self.config.objectives[:2]
+        names = self.config.objectives[:2]
         member = np.asarray(result["front_member"], bool)
-        x, y = (np.asarray(result[f"front_{o}"], float)[member] for o in (x_name, y_name))
+        x, y = (np.asarray(result[f"front_{o}"], float)[member] for o in names)
         full = np.asarray(result["front_feasible_days"])[member] == len(result["day_return"])
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-        ax.scatter(x[~full], y[~full], c="0.6", label="misses a limit on some test day")
-        ax.scatter(x[full], y[full], c="tab:red", label="every test day within limits")
-        ax.set_xlabel(f"{x_name} (test days)")
-        ax.set_ylabel(f"{y_name} (test days)")
-        ax.set_title(f"NSGA-II front on {self.config.task}")
-        ax.legend(fontsize=8)
-        path = run_dir / "front.png"
-        fig.savefig(path, dpi=100, bbox_inches="tight")
-        plt.close(fig)
-        return [(f"front over {x_name}, {y_name}", path)]
+        path = pareto_front(run_dir / "front.png", x, y, full, names, f"NSGA-II front on {self.config.task}")
+        return [] if path is None else [(f"front over {', '.join(names)}", path)]

@@ -28,6 +28,7 @@ import numpy as np
 
 from evogrid.algorithms import MAPElites
 from evogrid.utils.config import param
+from evogrid.utils.plots import archive_map
 from evogrid.workflows.base import FEASIBLE_TOL, met_every_limit
 from evogrid.workflows.ec import ECConfig, ECWorkflow
 
@@ -115,32 +116,9 @@ class MAPElitesWorkflow(ECWorkflow):
                       "cells_feasible_days": jnp.where(filled, feasible_days, 0)}
 
     def plot_evaluation(self, result: dict, run_dir):
-        """A MAP-Elites archive as a map over its first two descriptors (one row for one): each filled cell
-        coloured by its test-day return, the cells that met every limit on every test day outlined."""
-        import matplotlib
-        import numpy as np
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        shape = (self.config.bins,) * len(self.config.descriptors)
-        ret = np.asarray(result["cells_test_return"], float).reshape(shape)
-        days = np.asarray(result["cells_feasible_days"]).reshape(shape)
-        while ret.ndim > 2:   # more than two descriptors: the best cell over the others
-            ret, days = np.nanmax(ret, axis=-1), days.max(axis=-1)
-        ret, days = np.atleast_2d(ret.T), np.atleast_2d(days.T)
-        fig, ax = plt.subplots(figsize=(6, 5))
-        (x0, x1), (y0, y1) = DESCRIPTORS[self.config.descriptors[0]], DESCRIPTORS[self.config.descriptors[-1]] if ret.shape[0] > 1 else (0, 1)
-        image = ax.imshow(ret, origin="lower", extent=(x0, x1, y0, y1), aspect="auto", cmap="viridis")
-        full = days == len(result["day_return"])   # feasible on every test day
-        for i, j in zip(*np.nonzero(full)):
-            w, h = (x1 - x0) / ret.shape[1], (y1 - y0) / ret.shape[0]
-            ax.add_patch(plt.Rectangle((x0 + j * w, y0 + i * h), w, h, fill=False, edgecolor="red", linewidth=1.2))
-        fig.colorbar(image, label="test-day return")
-        ax.set_xlabel(self.config.descriptors[0])
-        ax.set_ylabel(self.config.descriptors[-1] if len(self.config.descriptors) > 1 else "")
-        ax.set_title(f"MAP-Elites archive on {self.config.task} (red: every test day within limits)")
-        path = run_dir / "archive.png"
-        fig.savefig(path, dpi=100, bbox_inches="tight")
-        plt.close(fig)
-        return [(f"archive over {', '.join(self.config.descriptors)}", path)]
+        """archive.png: the archive as a map over its descriptors (`utils.plots.archive_map`)."""
+        names = self.config.descriptors
+        path = archive_map(run_dir / "archive.png", result["cells_test_return"], result["cells_feasible_days"],
+                           len(result["day_return"]), self.config.bins, names, [DESCRIPTORS[d] for d in names],
+                           f"MAP-Elites archive on {self.config.task} (red: every test day within limits)")
+        return [] if path is None else [(f"archive over {', '.join(names)}", path)]
