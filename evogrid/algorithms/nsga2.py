@@ -99,18 +99,19 @@ class NSGA2:
         params = jnp.concatenate([state.params, population])
         obj = jnp.concatenate([state.objectives, objectives])
         viol = jnp.concatenate([state.violation, violation])
-        rank, crowd = self._order(obj, viol)
-        keep = jnp.lexsort((-crowd, rank))[: self.pop_size]
-        obj, viol = obj[keep], viol[keep]
-        return Front(state.mean, params[keep], obj, viol, *self._order(obj, viol))   # the next tournaments' order
+        rank = nondominated_ranks(obj, viol, self.tol)
+        keep = jnp.lexsort((-self._crowding(obj, rank), rank))[: self.pop_size]
+        # the survivors keep their ranks (whole fronts survive above the cut, so does every member dominating
+        # a survivor); their distances change where the cut thinned a front: the next tournaments' order
+        obj, viol, rank = obj[keep], viol[keep], rank[keep]
+        return Front(state.mean, params[keep], obj, viol, rank, self._crowding(obj, rank))
 
-    def _order(self, objectives, violation):
-        """(rank, crowding distance) of every member. A member without finite objectives (unevaluated or
-        diverged) has infinite violation, so it sits in the last front with only its like; its distance is 0."""
-        rank = nondominated_ranks(objectives, violation, self.tol)
+    @staticmethod
+    def _crowding(objectives, rank):
+        """Crowding distances; 0 for a member without finite objectives (unevaluated or diverged: infinite
+        violation puts it in the last front, with only its like)."""
         finite = jnp.all(jnp.isfinite(objectives), -1)
-        crowd = crowding_distance(jnp.where(finite[:, None], objectives, 0.0), rank)
-        return rank, jnp.where(finite, crowd, 0.0)
+        return jnp.where(finite, crowding_distance(jnp.where(finite[:, None], objectives, 0.0), rank), 0.0)
 
     def center(self, state: Front):
         """The front member best on the first objective (the feasible ones first); the mean before any tell."""
