@@ -6,7 +6,7 @@ import pytest
 from conftest import ppc_of, pypower_opts
 
 from evogrid.case import load_case
-from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, VA, VG, VM
+from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, QG, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
 from evogrid.envs.trans import dispatch_action, setpoints_in_band, voltage_action
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
@@ -262,6 +262,12 @@ def test_ac_mode_matches_pypower_for_the_env_dispatch(method, iters):
         # the slack unit's output is PYPOWER's, losses included
         np.testing.assert_allclose(np.asarray(new.pg), ref["gen"][:, PG], atol=1e-5)
         np.testing.assert_allclose(float(info["losses_mw"]), ref["gen"][:, PG].sum() - ref["bus"][:, PD].sum(), atol=1e-5)
+        # each voltage-controlled bus's reactive output (MVAr; the observation's p.u.) is PYPOWER's
+        q_ref = np.zeros(case.n_bus)
+        np.add.at(q_ref, case.gen_bus, ref["gen"][:, QG])
+        vbus = np.flatnonzero(np.asarray(params.vbus_incidence).sum(0))
+        np.testing.assert_allclose(np.asarray(new.qg), q_ref[vbus], atol=1e-5)
+        np.testing.assert_allclose(np.asarray(TransGridEnv()._obs(new, params))[-vbus.size:], q_ref[vbus] / case.base_mva, atol=1e-7)
 
 
 @pytest.mark.slow

@@ -340,3 +340,40 @@ def test_q_limits_match_pandapower(name, scale):
     np.testing.assert_allclose(np.abs(v), net.res_bus.vm_pu.values, atol=1e-6)
     np.testing.assert_allclose(np.rad2deg(np.angle(v)), net.res_bus.va_degree.values, atol=1e-5)
     assert np.max(np.abs(np.abs(np.asarray(plain)) - np.abs(np.asarray(v)))) > 1e-3  # the limits changed the answer
+
+
+@pytest.mark.parametrize("limits", [False, True])
+def test_newton_derivative_with_respect_to_the_set_points(limits):
+    """d|V| / d(voltage set-points) through both Newton solvers equals central finite differences (float64,
+    1e-7), the reference bus's set-point included (its magnitude is held from the start point, whose
+    derivative the loops drop). With reactive limits (case14 loads x1.4: units at their limits) a limited
+    unit's set-point moves nothing."""
+    from evogrid.case.matpower import QD, QMAX, QMIN
+
+    with jax.enable_x64(True):
+        case = load_case("14")
+        case = dataclasses.replace(case, bus=case.bus.copy())
+        case.bus[:, [2, 3]] *= 1.4 if limits else 1.0
+        acn = ph.make_ac_network(case)
+        s = jnp.asarray(bus_injection_pu(case))
+        held = np.flatnonzero(np.isin(np.arange(case.n_bus), np.asarray(acn.pq), invert=True))   # ref and PV buses
+        qmin, qmax = np.zeros(case.n_bus), np.zeros(case.n_bus)
+        np.add.at(qmin, case.gen_bus, case.gen[:, QMIN])
+        np.add.at(qmax, case.gen_bus, case.gen[:, QMAX])
+        qmin, qmax = (jnp.asarray((q - case.bus[:, QD]) / case.base_mva) for q in (qmin, qmax))
+
+        def vm(vset):
+            v0 = acn.v0.at[held].set(vset * jnp.exp(1j * jnp.angle(acn.v0[held])))
+            if limits:
+                return jnp.abs(ph.newton_raphson_q_limits(acn, s, qmin, qmax, v0, v_set=v0)[0])
+            return jnp.abs(ph.newton_raphson(acn, s, v0)[0])
+
+        x = jnp.abs(acn.v0[held])
+        jac = np.asarray(jax.jit(jax.jacfwd(vm))(x))
+        h = 1e-6
+        fd = np.stack([(vm(x.at[i].add(h)) - vm(x.at[i].add(-h))) / (2 * h) for i in range(x.shape[0])], 1)
+    np.testing.assert_allclose(jac, fd, atol=1e-7)
+    ref = held.tolist().index(int(np.flatnonzero(np.isin(np.arange(case.n_bus), np.asarray(acn.pvpq), invert=True))[0]))
+    assert np.abs(jac[:, ref]).max() > 0.05   # the reference bus's set-point moves the load buses
+    limited = np.abs(jac[held, np.arange(held.size)]) < 1e-9   # a unit whose |V| its set-point does not hold
+    assert limited.any() == limits

@@ -22,6 +22,7 @@ from evogrid.safety import (
     make_layer,
     redispatch,
     redispatch_layer,
+    schedule_layer,
     shield,
     voltage_layer,
 )
@@ -379,6 +380,65 @@ def test_voltage_layer_brings_the_feeder_within_its_band():
             assert np.all(np.asarray(info["layer_moved"]) >= shift * params.delta_t_hours - 1e-12)
 
 
+def _days_under(env, params, action):
+    """Every test day from its start under a constant `action` through `env` (the raw env or one with its
+    layer): (summed costs [days, C], the voltage set-points applied [days, T, n_vbus])."""
+    def day(d):
+        def one(carry, key):
+            obs, state, _, costs, _, info = env.step_env(key, carry, action, params)
+            return state, (costs, info["voltage_setpoints"])
+        _, state = env.reset_to_day(d, params)
+        costs, vset = jax.lax.scan(one, state, jax.random.split(jax.random.key(0), params.max_steps))[1]
+        return costs.sum(0), vset
+    return jax.jit(jax.vmap(day))(jnp.arange(params.load_p.shape[0]))
+
+
+@pytest.mark.slow
+def test_voltage_schedule_brings_the_ac_grid_within_its_band():
+    """tso-case14-ac's 16 test days under constant actions. Every set-point at the top of its band (+1): the
+    units at buses 3 and 6 reach their reactive limits and the load buses rise past 1.06 p.u. on every day;
+    with the voltage schedule every day meets every limit. Set-points a quarter below the top (0.5): the raw
+    grid leaves the band on some days, the layer's on none. Mid-band set-points (0) keep every bus within
+    the band: the layer leaves them as they are (the same set-points applied, bit for bit). The active
+    dispatch is the policy's."""
+    env, params = make("tso-case14-ac", split="test")
+    safe = shield(env, params)
+    assert type(safe.layer).__name__ == "ScheduleLayer"
+    n = env.action_space(params).shape[0]
+    voltage = list(env.constraint_names(params)).index("voltage")
+    obs = env.reset_to_day(jnp.int32(0), params)[0]
+    for a in (1.0, 0.5, 0.0):
+        action = jnp.full((n,), a, jnp.float32)
+        raw, raw_vset = (np.asarray(x) for x in _days_under(env, params, action))
+        costs, vset = (np.asarray(x) for x in _days_under(safe, params, action))
+        assert np.all(costs.max(1) <= 1e-6), (a, costs.max(0))
+        np.testing.assert_array_equal(np.asarray(safe.layer(obs, action)[0])[:5], a)
+        if a == 1.0:
+            assert np.all(raw[:, voltage] > 1e-3) and np.all(vset <= raw_vset)
+        elif a == 0.5:
+            assert np.any(raw[:, voltage] > 1e-6)
+        else:
+            assert np.all(raw.max(1) <= 1e-6)
+            np.testing.assert_array_equal(vset, raw_vset)
+
+
+@pytest.mark.slow
+def test_voltage_schedule_reads_the_observation_and_nothing_else():
+    """Two tso-case14-ac tasks whose loads differ after the present interval (the same power factor, the
+    same observation): their voltage schedules give the same action on it; the layer holds no time series."""
+    env, params = make("tso-case14-ac", split="test", n_days=4)
+    day, t = 1, 20
+    other = params.replace(load_p=params.load_p.at[day, t + 1:].multiply(1.3), load_q=params.load_q.at[day, t + 1:].multiply(1.3))
+    state = _start(params, day).replace(time_step=jnp.int32(t))
+    obs = env._obs(state, params)
+    np.testing.assert_array_equal(obs, env._obs(state, other))
+    action = jnp.ones(env.action_space(params).shape)
+    a1, a2 = (jax.jit(schedule_layer(p).__call__)(obs, action)[0] for p in (params, other))
+    np.testing.assert_array_equal(a1, a2)
+    assert not np.array_equal(np.asarray(a1), np.asarray(action))   # it moved the set-points
+    assert schedule_layer(params).grid.load_p is None and schedule_layer(params).grid.load_q is None
+
+
 @pytest.mark.slow
 def test_voltage_layer_against_the_cheapest_correction():
     """At the evening peak of a solvable test day (zero action: q = 0, no shift) the layer's load shift
@@ -511,10 +571,14 @@ def test_applied_der_controls_replay_through_pandapower():
 def test_layer_bad_input():
     """A layer asked for on a task without one, a look-ahead longer than the forecast the observation
     carries, a bad safety choice: one clear line each."""
+    env, params = make("tso-case14", n_days=2)
+    with pytest.raises(ValueError, match="the voltage schedule moves the units' voltage set-points: it needs an AC task"):
+        schedule_layer(params)
     env, params = make("tso-case14-ac", n_days=2)
-    with pytest.raises(ValueError, match=r"no safety layer for TransGridEnv \(AC mode\)"):
-        make_layer(env, params, "on")
-    assert make_layer(env, params, "auto") is None and shield(env, params, "auto") is env
+    with pytest.raises(ValueError, match="the security redispatch works on the DC flows"):
+        redispatch_layer(params)
+    with pytest.raises(ValueError, match="this task's load_q does not keep one"):
+        schedule_layer(params.replace(load_q=params.load_q.at[0, 3].multiply(2.0)))
     env, params = make("dcmg")
     with pytest.raises(ValueError, match="no safety layer for DCMicrogridEnv"):
         make_layer(env, params, "on")
@@ -529,7 +593,7 @@ def test_layer_bad_input():
 
 @pytest.mark.parametrize("argv, message", [
     (["--task", "dcmg", "--safety", "on"], "no safety layer for DCMicrogridEnv"),
-    (["--task", "tso-case14-ac", "--safety", "on"], "no safety layer for TransGridEnv (AC mode)"),
+    (["--task", "ders-case141", "--safety", "on"], "no safety layer for"),
     (["--task", "tso-case5-fc60"], "forecast_steps 60 is longer than the day (48 steps)"),
 ])
 def test_bad_safety_requests_are_one_line_and_write_nothing(tmp_path, capsys, argv, message):

@@ -22,7 +22,7 @@ FAMILIES = {"tso": "transmission dispatch",
             "ders": "batteries, PV and flexible loads on a radial feeder",
             "dcmg": "data-centre microgrid, 288 five-minute steps",
             "gencos": "generation companies bidding into a cleared market"}
-SUFFIX_TEXT = {"ac": "AC Newton-Raphson power flow with reactive limits, voltage set-point actions, no safety layer", "n1": "N-1 screening and random line outages",
+SUFFIX_TEXT = {"ac": "AC Newton-Raphson power flow with reactive limits, voltage set-point actions, safety layer: voltage schedule", "n1": "N-1 screening and random line outages",
                "real": "the shipped year of real profiles, calendar splits"}
 
 

@@ -406,7 +406,7 @@ def _solve(pg, vset, load_p, load_q, state, params: TransParams, out):
     ps = jnp.sum((s_inj.real + load_p - gen_p) * ref)
     s_from, s_to = branch_flows(params.acn, v)
     flow = jnp.maximum(jnp.abs(s_from), jnp.abs(s_to))
-    qg = params.vbus_incidence @ (s_inj.imag * params.base_mva + load_q)
+    qg = params.vbus_incidence @ (s_inj.imag + load_q)   # s_inj is in MVA
     extra = {"converged": converged.astype(pg.dtype), "islanded": 0.0 * one}
     return others + ps * params.slack, flow, jnp.abs(v), jnp.angle(v), qg.astype(pg.dtype), extra
 

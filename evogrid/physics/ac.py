@@ -140,6 +140,7 @@ def newton_raphson(net: ACNetwork, s_bus: jnp.ndarray, v0: jnp.ndarray | None = 
         return i + 1, v, _mismatch(fixed_net, v, s_fixed)
 
     _, v, _ = jax.lax.while_loop(keep_going, newton_step, (jnp.int32(0), v_start, _mismatch(fixed_net, v_start, s_fixed)))
+    v = _held_from(v, v0, jnp.ones(v.shape, bool).at[net.pq].set(False), jnp.ones(v.shape, bool).at[net.pvpq].set(False))
     # one more step, outside the loop, from the loop's (gradient-stopped) point: it takes a converged
     # point to the dtype's round-off, and it carries the implicit-function derivative
     # dV/dS = -J^-1 dF/dS through the solution, so the solver is differentiable (reverse mode too)
@@ -173,7 +174,7 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
     is_pv = jnp.ones(n_bus, bool).at[net.pq].set(False)[net.pvpq]  # [n] PV buses, in pvpq order
     vset_live = jnp.abs(net.v0 if v_set is None else v_set)[net.pvpq]  # v0 (a warm start) is where Newton begins
     # the loops see constants only; the step after them carries the derivative
-    fixed_net, s_live = net, s_bus
+    fixed_net, s_live, v0_live = net, s_bus, v0
     net, s_bus, q_min, q_max, v0, vset = jax.lax.stop_gradient((net, s_bus, q_min, q_max, v0, vset_live))
     full = net.replace(pq=net.pvpq)  # |V| unknown at every non-reference bus
     lower = jnp.concatenate([jnp.zeros((n, n), v0.real.dtype), jnp.eye(n, dtype=v0.real.dtype)], axis=1)
@@ -222,6 +223,8 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
     s_live = s_live.astype(v0.dtype)
     s_live = s_live.at[net.pvpq].set(jnp.where(hold, s_live[net.pvpq], s_live[net.pvpq].real + 1j * s[net.pvpq].imag))
     live_full = fixed_net.replace(pq=fixed_net.pvpq)
+    ref = jnp.ones(n_bus, bool).at[net.pvpq].set(False)
+    v = _held_from(v, v0_live, ref, ref)   # the PV buses' set-points enter through the residual
     v = newton_update(v, residual(v, s_live, hold, vset_live, live_full), hold, live_full)
     mismatch = jnp.max(jnp.abs(residual(v, s, hold)))
     q = jnp.imag(v * jnp.conj(net.ybus @ v))[net.pvpq]
@@ -229,6 +232,18 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
     within = ~jnp.any(hold & ((q > q_max[net.pvpq] + slack) | (q < q_min[net.pvpq] - slack)))
     switched = jnp.zeros(n_bus, bool).at[net.pvpq].set(is_pv & ~hold)
     return v, (mismatch < tol) & within, mismatch, switched
+
+
+def _held_from(v, v0, magnitude, angle):
+    """`v` (a gradient-stopped solution) with the derivative of the quantities Newton holds at `v0`'s: the
+    magnitudes where `magnitude` (reference and PV buses) and the angle where `angle` (the reference).
+    The values stay `v`'s bit for bit (each term added is zero); the Newton step after it then carries
+    the solution's derivative with respect to the set-points too."""
+    m, a = jnp.abs(v0), jnp.angle(v0)
+    dm = jnp.where(magnitude, m - jax.lax.stop_gradient(m), 0.0)
+    da = jnp.where(angle, a - jax.lax.stop_gradient(a), 0.0)
+    unit = v / jnp.where(jnp.abs(v) > 0, jnp.abs(v), 1.0)
+    return v + (dm * unit + 1j * da * v).astype(v.dtype)
 
 
 def _newton_update(net: ACNetwork, v, f, jacobian_inverse):

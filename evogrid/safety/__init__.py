@@ -9,14 +9,16 @@ See `layers` for what each layer does and why it is a controller, not part of th
 from evogrid.safety.layers import (
     SAFETY_CHOICES,
     RedispatchLayer,
+    ScheduleLayer,
     Shielded,
     ShieldedState,
     VoltageLayer,
     make_layer,
     redispatch_layer,
+    schedule_layer,
     shield,
     voltage_layer,
 )
 
-__all__ = ["SAFETY_CHOICES", "RedispatchLayer", "Shielded", "ShieldedState", "VoltageLayer", "make_layer",
-           "redispatch_layer", "shield", "voltage_layer"]
+__all__ = ["SAFETY_CHOICES", "RedispatchLayer", "ScheduleLayer", "Shielded", "ShieldedState", "VoltageLayer",
+           "make_layer", "redispatch_layer", "schedule_layer", "shield", "voltage_layer"]

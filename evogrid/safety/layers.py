@@ -12,6 +12,10 @@ the interval (MWh: the change in the units' outputs, or in shifted and curtailed
   ratings and the ramp windows, keeping the forecast demand of the next intervals in the ramps' reach and,
   on grids of at most PEAK_PLAN_UNITS units without line outages, planning the forecast peak (DC3's
   "correction" and E2ELR's repair layer are the learned-policy analogues).
+* `ScheduleLayer` (AC tso tasks): the operator's voltage schedule: the generators' voltage set-points
+  moved by about the least (`voltage.band_steps`, sensitivities from the Newton power flow's own
+  derivative) so that every bus lies within its band, checked against the AC power flow at the interval's
+  observed loads after each round; the active dispatch is the policy's.
 * `VoltageLayer` (dso tasks): the DSO's voltage correction (`voltage.voltage_correction`): reactive power
   first, then shifting and curtailment, to bring every bus within the voltage band, checked against the
   sweep power flow after each round.
@@ -42,12 +46,16 @@ from evogrid.envs.environment import Environment, sanitize_action
 from evogrid.envs.trans import (
     TransGridEnv,
     TransParams,
+    TransState,
     _dc_flows,
+    _solve,
     dispatch_action,
     follow_load,
     forecast_bus_loads,
     ramp_window,
     read_observation,
+    voltage_action,
+    voltage_setpoints,
 )
 from evogrid.physics import outage_flows
 from evogrid.safety.redispatch import (
@@ -57,7 +65,17 @@ from evogrid.safety.redispatch import (
     peak_plan,
     secure_redispatch,
 )
-from evogrid.safety.voltage import VOLT_ROUNDS, voltage_correction
+from evogrid.safety.voltage import (
+    SCHEDULE_BUSES,
+    SCHEDULE_MARGIN,
+    SCHEDULE_Q_RESERVE,
+    SCHEDULE_REACH,
+    SCHEDULE_ROUNDS,
+    SCHEDULE_TRIGGER,
+    VOLT_ROUNDS,
+    band_steps,
+    voltage_correction,
+)
 from evogrid.utils.jax_utils import tree_where
 
 SAFETY_CHOICES = ("auto", "on", "off")  # the `safety` config field: auto = on where the task has a layer
@@ -115,8 +133,8 @@ def redispatch_layer(params: TransParams, iters: int = SECURE_ITERS, lookahead: 
     observation's forecast steps, if fewer) forecast intervals kept within the ramps' reach; `plan_peak`
     (default: on for grids of at most PEAK_PLAN_UNITS units without line outages) plans the forecast peak."""
     if params.ac:
-        raise ValueError("the security redispatch works on the DC flows; AC transmission tasks have no safety "
-                         "layer (use safety='off')")
+        raise ValueError("the security redispatch works on the DC flows; the AC transmission tasks' layer is the "
+                         "voltage schedule (schedule_layer)")
     n_forecast = params.forecast.shape[-1]
     lookahead = min(LOOKAHEAD_STEPS, n_forecast) if lookahead is None else lookahead
     if not isinstance(lookahead, int) or not 0 <= lookahead <= n_forecast:
@@ -138,6 +156,81 @@ def redispatch_layer(params: TransParams, iters: int = SECURE_ITERS, lookahead: 
     return RedispatchLayer(grid=_grid_only(params), gen_ptdf=gen_ptdf,
                            forecast_steps=n_forecast, outage_slots=slots, iters=iters, lookahead=lookahead,
                            plan_peak=bool(plan_peak))
+
+
+@struct.dataclass
+class ScheduleLayer:
+    """The transmission voltage schedule of an AC task, fed by the observation (see the module docstring).
+
+    Each round solves the AC power flow at the interval's observed loads (each bus at its power factor
+    `q_ratio`), the policy's dispatch (the slack taking the losses) and the set-points, warm-started from
+    the observed |V|; where a bus lies within SCHEDULE_TRIGGER of its band or beyond it, `voltage.band_steps`
+    moves the set-points (each by at most SCHEDULE_REACH a round, within its own band) towards every bus
+    SCHEDULE_MARGIN inside the band, on the flow's derivative d|V| / d set-points (the Newton solution's
+    own, so a unit at its reactive limit moves nothing). The layer's flow keeps SCHEDULE_Q_RESERVE of each
+    bus's reactive range in reserve: a unit close to its limit, which the env's flow may find past it
+    (a PV bus turning PQ and its voltage rising off its set-point), counts as at it."""
+
+    grid: TransParams            # the task's params less its time series
+    q_ratio: jnp.ndarray         # [n_bus] each bus's reactive load per MW of active load (its power factor)
+    forecast_steps: int = struct.field(pytree_node=False, default=0)
+    rounds: int = struct.field(pytree_node=False, default=SCHEDULE_ROUNDS)
+
+    def __call__(self, obs, action):
+        """(the action with the corrected voltage set-points, 0 MWh: the active dispatch is left as asked)."""
+        g = self.grid
+        action, _ = sanitize_action(action)
+        n_units, n_bus, n_v = g.pmax.shape[0], g.vmin.shape[0], g.v_set.shape[0]
+        seen = read_observation(obs, g, (self.forecast_steps, False))
+        load_p, prev = seen["load_mw"], seen["last_pg"]
+        load_q = load_p * self.q_ratio
+        lo, hi = ramp_window(prev, g)
+        pg = follow_load(lo + 0.5 * (action[:n_units] + 1.0) * (hi - lo), lo, hi, jnp.sum(load_p) + g.dc.gs_total)
+        vm_seen = obs[obs.shape[0] - n_bus - n_v:obs.shape[0] - n_v]    # the last interval's |V| (the warm start)
+        start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=g.rate, vm=vm_seen,
+                           va=jnp.angle(g.acn.v0).astype(pg.dtype), qg=g.v_set)
+        no_outage = jnp.zeros(0, jnp.int32)
+
+        def flow(vset):   # |V| [n_bus] of the AC power flow at the set-points, (|V|, solved) for has_aux
+            _, _, vm, _, _, extra = _solve(pg, vset, load_p, load_q, start, g, no_outage)
+            return vm, (vm, extra["converged"] > 0)
+
+        vset, touched = voltage_setpoints(action[n_units:], g), jnp.asarray(False)
+        for _ in range(self.rounds):   # an interval within the band (SCHEDULE_TRIGGER inside) is left as it is
+            sens, (vm, solved) = jax.jacfwd(flow, has_aux=True)(vset)   # one solve (two side by side can deadlock XLA's CPU LU)
+            near = solved & jnp.any((vm > g.vmax - SCHEDULE_TRIGGER) | (vm < g.vmin + SCHEDULE_TRIGGER))
+            lo, hi = jnp.maximum(g.v_lo, vset - SCHEDULE_REACH), jnp.minimum(g.v_hi, vset + SCHEDULE_REACH)
+            moved = band_steps(vm, sens, vset, lo, hi, g.vmin + SCHEDULE_MARGIN, g.vmax - SCHEDULE_MARGIN,
+                               jnp.ones_like(vset), jnp.ones(vset.shape, bool), buses=SCHEDULE_BUSES)
+            move = near & jnp.all(jnp.isfinite(moved))   # no solution: the policy's set-points
+            vset, touched = jnp.where(move, moved, vset), touched | move
+        safe = jnp.concatenate([action[:n_units], jnp.where(touched, voltage_action(g, vset), action[n_units:])])
+        return safe, jnp.zeros((), pg.dtype)
+
+
+def schedule_layer(params: TransParams, rounds: int = SCHEDULE_ROUNDS) -> ScheduleLayer:
+    """The voltage schedule of an AC transmission task with voltage set-point actions (`rounds`
+    corrections, each against a Newton power flow)."""
+    if not params.ac or not params.voltage_control:
+        raise ValueError("the voltage schedule moves the units' voltage set-points: it needs an AC task with voltage "
+                         "set-point actions (tso-caseN-ac)")
+    if params.outage_schedule.shape[-1]:
+        raise ValueError("the voltage schedule solves the intact grid; this AC task has line outages")
+    if not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}")
+    # each bus's power factor: a fact of the grid the observation's active loads need (one number per bus)
+    p, q = np.asarray(params.load_p, float).reshape(-1, params.vmin.shape[0]), np.asarray(params.load_q, float).reshape(-1, params.vmin.shape[0])
+    ratio = np.divide(q, p, out=np.zeros_like(p), where=p != 0)
+    if np.any((p == 0) & (q != 0)) or np.any(np.abs(ratio - ratio[:1]) > 1e-6 * np.maximum(np.abs(ratio[:1]), 1.0)):
+        raise ValueError("the voltage schedule reads each bus's reactive load as its active load times a fixed power "
+                         "factor; this task's load_q does not keep one (build it with the default load_q)")
+    ratio = ratio[0]
+    grid = _grid_only(params)
+    if params.q_min is not None:   # the layer's own flow holds a reactive reserve: a unit near its limit counts as at it
+        reserve = SCHEDULE_Q_RESERVE * (params.q_max - params.q_min)
+        grid = grid.replace(q_min=params.q_min + reserve, q_max=params.q_max - reserve)
+    return ScheduleLayer(grid=grid, q_ratio=jnp.asarray(ratio, params.pmax.dtype),
+                         forecast_steps=params.forecast.shape[-1], rounds=rounds)
 
 
 @struct.dataclass
@@ -184,12 +277,15 @@ def make_layer(env, params, safety: str = "on"):
         return None
     if type(env) is TransGridEnv and not params.ac:
         return redispatch_layer(params)
+    if type(env) is TransGridEnv and params.voltage_control and not params.outage_schedule.shape[-1]:
+        return schedule_layer(params)
     if type(env) is DistGridEnv:
         return voltage_layer(params)
     if safety == "on":
         raise ValueError(f"no safety layer for {type(env).__name__}{' (AC mode)' if getattr(params, 'ac', False) else ''}: "
-                         "layers exist for the DC transmission tasks (tso-caseN, tso-caseN-n1: security redispatch) "
-                         "and dso-case33bw (voltage correction); use safety='off' or 'auto'")
+                         "layers exist for the DC transmission tasks (tso-caseN, tso-caseN-n1: security redispatch), "
+                         "the AC ones with voltage set-points (tso-caseN-ac: voltage schedule) and dso-case33bw "
+                         "(voltage correction); use safety='off' or 'auto'")
     return None
 
 

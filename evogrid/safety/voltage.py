@@ -1,4 +1,5 @@
-"""Voltage correction: the feeder safety layer's optimiser (LinDistFlow least-cost steps on the controls).
+"""Voltage correction: the feeder safety layer's optimiser (LinDistFlow least-cost steps on the controls),
+and the step it shares with the transmission voltage schedule (`band_steps`).
 
 A DSO's controller overrides flexible-load, curtailment and inverter set-points that would leave a bus
 voltage outside its band, by about the cheapest move, reactive power first. It is a controller: it
@@ -20,6 +21,13 @@ VOLT_MARGIN = 1e-4     # p.u. of |V| aimed inside the band, as the oracle's sche
 VOLT_BAND = 1e-4       # p.u. of |V|^2: a bus this close to its limit is held there, not pushed back over
 VOLT_DAMPING = 1e-2    # Levenberg-Marquardt damping, relative to the mean diagonal of the step's system
 Q_WEIGHT = 1e-3        # weight of reactive power against the cheaper of shifting and curtailing (it has no price)
+# the transmission voltage schedule (AC tasks: `layers.ScheduleLayer`)
+SCHEDULE_ROUNDS = 3    # Newton power flows (each with its sensitivities) and corrections per interval
+SCHEDULE_MARGIN = 1e-3   # p.u. of |V| aimed inside the band (the layer's flow misses the env's loss estimate)
+SCHEDULE_TRIGGER = 2e-4  # p.u.: an interval whose every bus is this far inside the band is left as it is
+SCHEDULE_BUSES = 4     # buses furthest outside the band taken per step
+SCHEDULE_Q_RESERVE = 0.05  # share of each bus's reactive range the layer's flow keeps in reserve (see ScheduleLayer)
+SCHEDULE_REACH = 0.02  # p.u.: the most a round moves a set-point (the linear model's reach: limits switch buses)
 
 
 def voltage_correction(controls, vm, load_p, load_q, avail, params: DistParams):
@@ -57,24 +65,35 @@ def voltage_correction(controls, vm, load_p, load_q, avail, params: DistParams):
                               jnp.broadcast_to(params.curtail_price, curtail.shape),
                               jnp.broadcast_to(Q_WEIGHT * cheap, q.shape)])
     weight = jnp.maximum(weight, Q_WEIGHT * cheap)   # a free control (no price) still has a finite weight
-    u0 = vm**2
-    u_lo, u_hi = (params.v_min + VOLT_MARGIN) ** 2, (params.v_max - VOLT_MARGIN) ** 2
-    k = min(VOLT_BUSES, vm.shape[0])
+    first = weight <= Q_WEIGHT * cheap   # reactive power alone for the first half of the steps
+    x = band_steps(vm**2, jac, x0, lo, hi, (params.v_min + VOLT_MARGIN) ** 2, (params.v_max - VOLT_MARGIN) ** 2,
+                   weight, first)
+    n_pv = curtail.shape[0]
+    shift, curtail, q = x[:n_flex], x[n_flex:n_flex + n_pv], x[n_flex + n_pv:]
+    room = headroom(params, avail - curtail)   # curtailing frees inverter capacity; q stays within what is left
+    return shift, curtail, jnp.clip(q, -room, room)
+
+
+def band_steps(u0, jac, x0, lo, hi, u_lo, u_hi, weight, first, steps: int = VOLT_STEPS, buses: int = VOLT_BUSES,
+               band: float = VOLT_BAND):
+    """`x0` [n] moved by `steps` damped least-norm steps on the linear model u = u0 + jac (x - x0) (u0 [m],
+    jac [m, n]) towards every u within [u_lo, u_hi], each step over the `buses` entries furthest outside
+    (or within `band` of an end: held there, not pushed back over by another's move), weighted by `weight`,
+    the columns `first` alone free for the first half of the steps, each within [lo, hi]
+    (`utils.jax_utils.held_least_norm_step`). The step of both voltage corrections (the feeder's in
+    |V|^2, the transmission voltage schedule's in |V|)."""
+    k = min(buses, u0.shape[0])
 
     def step(i, x):
         u = u0 + jac @ (x - x0)
         low, high = u_lo - u, u - u_hi
         need = jnp.maximum(low, high)
         worst, idx = jax.lax.top_k(need, k)
-        active = worst > -VOLT_BAND   # outside the band, or at its edge: held there (not pushed over by the other's move)
+        active = worst > -band
         rows = jnp.where(low[idx] >= high[idx], 1.0, -1.0)[:, None] * jac[idx]   # [k, n] d(need met)/d control
         r = jnp.where(active, jnp.maximum(worst, 0.0), 0.0)
-        tier = (weight <= Q_WEIGHT * cheap) | (i >= VOLT_STEPS // 2)   # reactive power alone first, then every control
-        d = held_least_norm_step(jnp.where(active[:, None], rows, 0.0), r, x, lo, hi, tier, weight, VOLT_DAMPING)
+        free = first | (i >= steps // 2)
+        d = held_least_norm_step(jnp.where(active[:, None], rows, 0.0), r, x, lo, hi, free, weight, VOLT_DAMPING)
         return jnp.clip(x + d, lo, hi)
 
-    x = jax.lax.fori_loop(0, VOLT_STEPS, step, x0)
-    n_pv = curtail.shape[0]
-    shift, curtail, q = x[:n_flex], x[n_flex:n_flex + n_pv], x[n_flex + n_pv:]
-    room = headroom(params, avail - curtail)   # curtailing frees inverter capacity; q stays within what is left
-    return shift, curtail, jnp.clip(q, -room, room)
+    return jax.lax.fori_loop(0, steps, step, x0)
