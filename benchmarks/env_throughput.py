@@ -8,7 +8,8 @@ The evogrid rows use the PowerZooJax "complete pattern" exactly (batch_reset, un
 actions [N, T, A], vmap(scan_rollout), returning the reward trajectory; XLA drops what
 is not returned), plus a "full" column that also returns obs, costs and dones. The rows are the envs
 as made (the physics step alone, as the peer and the reference compute it); the "+ layer" rows put the
-task's safety layer (`evogrid.safety.shield`: the security redispatch, the voltage correction) between
+task's safety layer (`evogrid.safety.shield`: the security redispatch, the voltage schedule on tso-case14-ac,
+the voltage correction) between
 the random actions and the env, what a policy run with the layer pays per step. The
 reference loop re-dispatches pandapower's own network of the same MATPOWER case (random
 set-points within limits, scaled loads) and solves it (rundcpp / runpp) once per step in Python;
@@ -127,7 +128,7 @@ def main():
     dc = [(f"tso-case{c}", c, False, n_envs, PEER[(c, "DC")]) for c in ("5", "14", "118")]
     ac = [("tso-case14-ac", "14", True, n_envs, PEER[("14", "AC")]), ("tso-case118-ac", "118", True, n_envs, PEER[("118", "AC")])]
     rows = [r for row in dc for r in (row, (row[0] + LAYER,) + row[1:])] + [
-            r for row in ac for r in ((row[0] + P_ONLY,) + row[1:], row)] + [("dso-case33bw", "33bw", True, n_envs // 2, None),
+            r for row in ac for r in ((row[0] + P_ONLY,) + row[1:], row)] + [("tso-case14-ac" + LAYER,) + ac[0][1:]] + [("dso-case33bw", "33bw", True, n_envs // 2, None),
             ("dso-case33bw" + LAYER, "33bw", True, n_envs // 2, None),
             ("ders-case141", "141", True, n_envs // 2, None), ("dcmg", None, False, n_envs // 4, None),
             ("gencos-case5", None, False, n_envs, None)]

@@ -328,6 +328,24 @@ def test_ac_opf_reference_replays_within_every_limit():
             ac.ac_opf_reference(*make("tso-case14", max_steps=4, n_days=4, split="test"), case)
 
 
+@pytest.mark.slow
+def test_ac_operator_baselines_with_and_without_the_voltage_schedule():
+    """tso-case14-ac, 4 test days of 12 steps (float64): the zero policy and persistence, each with and
+    without the voltage schedule. Persistence holds the start of day's voltages (the case's set-points,
+    at the top of the band), which leaves the band at light load; with the layer every day meets every
+    limit. No optimiser decides (no decision time)."""
+    from evogrid.baselines.operators import operator_policies
+
+    with jax.enable_x64(True):
+        env, params = make("tso-case14-ac", max_steps=12, n_days=4, split="test")
+        out = operator_policies(env, params)
+    assert sorted(out) == ["persistence", "persistence+layer", "zero", "zero+layer"]
+    assert all(v["decision_s"] is None and len(v["return"]) == params.load_p.shape[0] for v in out.values())
+    assert max(out["persistence"]["violation"]) > 1e-4
+    for name in ("zero", "persistence"):
+        assert max(out[name + "+layer"]["violation"]) <= 1e-6, (name, out[name + "+layer"]["violation"])
+
+
 def test_myopic_policy_recovers_after_a_step_beyond_capacity():
     """A step whose load exceeds the fleet's capacity leaves the slack far above its Pmax (the least violating
     dispatch); the next step starts from there, and the myopic policy brings the slack back to its range
@@ -353,7 +371,8 @@ def test_every_family_registers_its_reference_and_a_new_one_needs_no_branch(tmp_
         task = next(t for t in list_tasks() if parse_task(t).family == family)
         assert baselines.reference(task) is not None, task
     assert baselines.reference("tso-case14-ac").words(parse_task("tso-case14-ac")).startswith("reference: the sequential AC-OPF")
-    assert baselines.reference("tso-case14").operators and not baselines.reference("tso-case14-ac").operators
+    assert baselines.reference("tso-case14").operators and baselines.reference("tso-case14-ac").operators
+    assert not baselines.reference("ders-case141").operators
     assert baselines.reference("gymnax:CartPole-v1") is None and not baselines.supported("gymnax:CartPole-v1")
 
     calls = []

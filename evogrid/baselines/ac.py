@@ -163,4 +163,4 @@ def _reference_rows(s) -> list[tuple[str, str]]:
 register_reference("tso", Reference(
     _reference_report, lambda task: "reference: the sequential AC-OPF by PYPOWER tracking the day's DC plan (losses "
     "included) within ramp limits of the last step, its active and voltage set-points replayed through the env",
-    _reference_rows), suffix="ac")
+    _reference_rows, operators=True), suffix="ac")

@@ -3,7 +3,8 @@
 On the DC transmission tasks: the zero policy (every unit at the middle of its ramp window), persistence
 (every unit holds its last output; the automatic generation control follows the load), the myopic
 one-step DC-OPF and the rolling-horizon DC-OPF (MPC) on the forecast the observation carries, re-solved
-every interval (`tso.rolling_policy`). On dso: the zero policy (no control). Each is judged as a learned
+every interval (`tso.rolling_policy`). On the AC transmission tasks: the zero policy (mid-window dispatch,
+mid-band voltages) and persistence (the last outputs and voltages held). On dso: the zero policy (no control). Each is judged as a learned
 policy is: every test day from its start, return, summed cost channels, and the MWh the layer moved.
 """
 from __future__ import annotations
@@ -46,15 +47,19 @@ def operator_policies(env, params, progress=None) -> dict:
                                "moved_mwh": moved.tolist(), "layer": layered, "decision_s": decision_s}
 
         record("zero", *day_figures(played, params, zero))
-        if type(env) is TransGridEnv and not params.ac:
+        if type(env) is TransGridEnv:
             layout = observation_layout(params)
 
             def hold(obs):
                 last = read_observation(obs, params, layout)["last_pg"]
-                return dispatch_action(params, last, last)
+                if not params.voltage_control:
+                    return dispatch_action(params, last, last)
+                n_v = params.v_set.shape[0]   # AC: the voltage-controlled buses held at their last |V| too
+                vm = obs[obs.shape[0] - params.vmin.shape[0] - n_v:obs.shape[0] - n_v]
+                return tso.setpoint_action(params, last, last, params.vbus_incidence @ vm)
 
             record("persistence", *day_figures(played, params, hold))
-            for name, horizon in (("myopic", 1), ("mpc", 1 + layout[0])):
+            for name, horizon in (() if params.ac else (("myopic", 1), ("mpc", 1 + layout[0]))):
                 returns, costs, moved, seconds = tso.rolling_policy(
                     played, params, horizon, progress=progress and progress(f"{name}{tag} policy"))
                 record(name, returns, costs, moved, seconds)
