@@ -167,9 +167,12 @@ class ScheduleLayer:
     the observed |V|; where a bus lies within SCHEDULE_TRIGGER of its band or beyond it, `voltage.band_steps`
     moves the set-points (each by at most SCHEDULE_REACH a round, within its own band) towards every bus
     SCHEDULE_MARGIN inside the band, on the flow's derivative d|V| / d set-points (the Newton solution's
-    own, so a unit at its reactive limit moves nothing). The layer's flow keeps SCHEDULE_Q_RESERVE of each
-    bus's reactive range in reserve: a unit close to its limit, which the env's flow may find past it
-    (a PV bus turning PQ and its voltage rising off its set-point), counts as at it."""
+    own, so a unit at its reactive limit moves nothing). In the layer's flow a unit absorbs at most down to
+    SCHEDULE_Q_RESERVE of its reactive range above its Qmin: one close to that limit, which the env's flow
+    may find past it (its bus turning PQ and its voltage rising off the set-point), counts as at it. The
+    reserve is on the absorbing side only, the side of over-voltage (what binds at light load); a reserve
+    on the injecting side would have the layer's limited units inject less than the env's and see the
+    voltages lower than they are."""
 
     grid: TransParams            # the task's params less its time series
     q_ratio: jnp.ndarray         # [n_bus] each bus's reactive load per MW of active load (its power factor)
@@ -226,9 +229,8 @@ def schedule_layer(params: TransParams, rounds: int = SCHEDULE_ROUNDS) -> Schedu
                          "factor; this task's load_q does not keep one (build it with the default load_q)")
     ratio = ratio[0]
     grid = _grid_only(params)
-    if params.q_min is not None:   # the layer's own flow holds a reactive reserve: a unit near its limit counts as at it
-        reserve = SCHEDULE_Q_RESERVE * (params.q_max - params.q_min)
-        grid = grid.replace(q_min=params.q_min + reserve, q_max=params.q_max - reserve)
+    if params.q_min is not None:   # a unit near its absorbing limit counts as at it (see the class docstring)
+        grid = grid.replace(q_min=params.q_min + SCHEDULE_Q_RESERVE * (params.q_max - params.q_min))
     return ScheduleLayer(grid=grid, q_ratio=jnp.asarray(ratio, params.pmax.dtype),
                          forecast_steps=params.forecast.shape[-1], rounds=rounds)
 

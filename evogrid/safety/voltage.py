@@ -26,7 +26,7 @@ SCHEDULE_ROUNDS = 3    # Newton power flows (each with its sensitivities) and co
 SCHEDULE_MARGIN = 1e-3   # p.u. of |V| aimed inside the band (the layer's flow misses the env's loss estimate)
 SCHEDULE_TRIGGER = 2e-4  # p.u.: an interval whose every bus is this far inside the band is left as it is
 SCHEDULE_BUSES = 4     # buses furthest outside the band taken per step
-SCHEDULE_Q_RESERVE = 0.05  # share of each bus's reactive range the layer's flow keeps in reserve (see ScheduleLayer)
+SCHEDULE_Q_RESERVE = 0.05  # share of each bus's reactive range kept above Qmin in the layer's flow (see ScheduleLayer)
 SCHEDULE_REACH = 0.02  # p.u.: the most a round moves a set-point (the linear model's reach: limits switch buses)
 
 
