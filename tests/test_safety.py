@@ -329,14 +329,15 @@ def test_security_redispatch_uses_the_outaged_grid():
         assert not np.allclose(np.asarray(new.pg), np.asarray(intact.pg), atol=0.1)  # not the intact grid's redispatch
 
 
-def _feeder_day(env, params, day):
-    """Every step of `day` from its start under the zero action through `env` (the raw env or one with its
-    layer): (|V| [T, n_bus], costs [T, C], info)."""
-    zero = jnp.zeros(env.action_space(params).shape, params.load_p.dtype)
+def _day_trace(env, params, day, action=None):
+    """Every step of `day` from its start under a constant `action` (default zero) through `env` (the raw env
+    or one with its layer): (|V| [T, n_bus], costs [T, C], info)."""
+    if action is None:
+        action = jnp.zeros(env.action_space(params).shape, params.load_p.dtype)
 
     def one(carry, key):
         obs, state = carry
-        obs, state, _, costs, _, info = env.step_env(key, state, zero, params)
+        obs, state, _, costs, _, info = env.step_env(key, state, action, params)
         inner = state.inner if isinstance(state, ShieldedState) else state
         return (obs, state), (inner.vm, costs, info)
 
@@ -359,8 +360,8 @@ def test_voltage_layer_brings_the_feeder_within_its_band():
         solved = baselines.solved_days(baselines.baseline("dso-case33bw"))
         hard = next(d for d in range(params.load_p.shape[0]) if d not in solved)
         for d in (solved[0], hard):
-            vm0, costs0, info0 = _feeder_day(env, params, d)
-            vm, costs, info = _feeder_day(safe, params, d)
+            vm0, costs0, info0 = _day_trace(env, params, d)
+            vm, costs, info = _day_trace(safe, params, d)
             v0, v = float(np.sum(costs0[:, 0])), float(np.sum(costs[:, 0]))
             assert v0 > 0.05
             if d == hard:
@@ -381,16 +382,10 @@ def test_voltage_layer_brings_the_feeder_within_its_band():
 
 
 def _days_under(env, params, action):
-    """Every test day from its start under a constant `action` through `env` (the raw env or one with its
-    layer): (summed costs [days, C], the voltage set-points applied [days, T, n_vbus])."""
-    def day(d):
-        def one(carry, key):
-            obs, state, _, costs, _, info = env.step_env(key, carry, action, params)
-            return state, (costs, info["voltage_setpoints"])
-        _, state = env.reset_to_day(d, params)
-        costs, vset = jax.lax.scan(one, state, jax.random.split(jax.random.key(0), params.max_steps))[1]
-        return costs.sum(0), vset
-    return jax.jit(jax.vmap(day))(jnp.arange(params.load_p.shape[0]))
+    """Every test day under a constant `action` (`_day_trace`): (summed costs [days, C], the voltage
+    set-points applied [days, T, n_vbus])."""
+    _, costs, info = jax.vmap(lambda d: _day_trace(env, params, d, action))(jnp.arange(params.load_p.shape[0]))
+    return costs.sum(1), info["voltage_setpoints"]
 
 
 @pytest.mark.slow

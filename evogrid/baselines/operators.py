@@ -33,7 +33,7 @@ def operator_policies(env, params, progress=None) -> dict:
     "decision_s" (mean seconds per decision where an optimiser decides)} for every baseline of the task's
     family, with ("<name>+layer") and without the safety layer. `progress(what)` returns a per-day callback."""
     from evogrid.envs.dist import DistGridEnv
-    from evogrid.envs.trans import TransGridEnv, dispatch_action, observation_layout, read_observation
+    from evogrid.envs.trans import TransGridEnv, observation_layout, read_observation
     from evogrid.safety import shield
 
     zero = lambda obs: jnp.zeros(env.action_space(params).shape, obs.dtype)  # noqa: E731
@@ -50,16 +50,15 @@ def operator_policies(env, params, progress=None) -> dict:
         if type(env) is TransGridEnv:
             layout = observation_layout(params)
 
-            def hold(obs):
-                last = read_observation(obs, params, layout)["last_pg"]
-                if not params.voltage_control:
-                    return dispatch_action(params, last, last)
-                n_v = params.v_set.shape[0]   # AC: the voltage-controlled buses held at their last |V| too
-                vm = obs[obs.shape[0] - params.vmin.shape[0] - n_v:obs.shape[0] - n_v]
-                return tso.setpoint_action(params, last, last, params.vbus_incidence @ vm)
+            def hold(obs):   # on AC tasks the voltage-controlled buses held at their last |V| too
+                seen = read_observation(obs, params, layout)
+                vm = params.vbus_incidence @ seen["vm"] if params.voltage_control else None
+                return tso.setpoint_action(params, seen["last_pg"], seen["last_pg"], vm)
 
             record("persistence", *day_figures(played, params, hold))
-            for name, horizon in (() if params.ac else (("myopic", 1), ("mpc", 1 + layout[0]))):
+            if params.ac:   # the optimising baselines are DC-OPFs
+                continue
+            for name, horizon in (("myopic", 1), ("mpc", 1 + layout[0])):
                 returns, costs, moved, seconds = tso.rolling_policy(
                     played, params, horizon, progress=progress and progress(f"{name}{tag} policy"))
                 record(name, returns, costs, moved, seconds)

@@ -181,13 +181,13 @@ class TransGridEnv(Environment):
         load_p = params.load_p[state.day, t]
         load_q = params.load_q[state.day, t]
         n_units = params.pmax.shape[0]
-        lo, hi = ramp_window(state.pg, params)
+        asked, lo, hi = asked_dispatch(action[:n_units], state.pg, params)
         demand = jnp.sum(load_p) + params.dc.gs_total
         if params.ac:   # the control also covers the losses: the last interval's, scaled as the load squared
             last_load = jnp.sum(params.load_p[state.day, jnp.maximum(t - 1, 0)])
             losses = jnp.sum(state.pg) - last_load - params.dc.gs_total
             demand = demand + losses * (jnp.sum(load_p) / last_load) ** 2
-        pg = follow_load(lo + 0.5 * (action[:n_units] + 1.0) * (hi - lo), lo, hi, demand)
+        pg = follow_load(asked, lo, hi, demand)
         vset = voltage_setpoints(action[n_units:], params) if params.voltage_control else params.v_set
         out = params.outage_schedule[state.day, t]
         rate = params.rate
@@ -301,15 +301,20 @@ def read_observation(obs, params: TransParams, layout: tuple[int, bool]) -> dict
     """The parts of an observation a controller reads: load_mw [n_bus] of the interval to dispatch, last_pg
     [n_units] MW, t (the interval's index, float), forecast_mw [F] (total load of the next F intervals, the
     case's shunts excluded) and line_out [n_branch] bool (out of service in the interval just past; all
-    False without outage events). `layout` from `observation_layout`. Reads `params` only for sizes and
-    fixed scales (no time series), so a safety layer may call it with its grid-only params."""
+    False without outage events) and, in AC mode, vm [n_bus] (the bus voltages of the interval just past,
+    p.u.). `layout` from `observation_layout`. Reads `params` only for sizes and fixed scales (no time
+    series), so a safety layer may call it with its grid-only params."""
     n_forecast, status = layout
     n_bus, n_units, n_line = params.dc.ptdf.shape[1], params.pmax.shape[0], params.rate.shape[0]
     tail = n_bus + n_units + n_line + 3   # after the time of day (sin, cos, progress): the forecast, the status
     line_out = obs[tail + n_forecast:tail + n_forecast + n_line] < 0.5 if status else jnp.zeros(n_line, bool)
-    return {"load_mw": obs[:n_bus] * params.base_mva, "last_pg": obs[n_bus:n_bus + n_units] / params.inv_pmax,
+    seen = {"load_mw": obs[:n_bus] * params.base_mva, "last_pg": obs[n_bus:n_bus + n_units] / params.inv_pmax,
             "t": jnp.round(obs[tail - 1] * params.max_steps), "forecast_mw": obs[tail:tail + n_forecast] * params.pd_total,
             "line_out": line_out}
+    if params.ac:   # after the status: |V| [n_bus], then the voltage-controlled buses' reactive outputs
+        end = obs.shape[0] - params.v_set.shape[0]
+        seen["vm"] = obs[end - n_bus:end]
+    return seen
 
 
 def forecast_bus_loads(load_mw, forecast_mw):
@@ -334,6 +339,13 @@ def _outaged(out, n_branch):
 def ramp_window(prev, params: TransParams):
     """[lo, hi] per unit: the outputs reachable from `prev` within output and ramp limits (what actions map onto)."""
     return jnp.maximum(params.pmin, prev - params.ramp), jnp.minimum(params.pmax, prev + params.ramp)
+
+
+def asked_dispatch(action, prev, params: TransParams):
+    """(the outputs [n_units] MW the active actions in [-1, 1] ask for, each mapped linearly onto its ramp
+    window from the last output `prev`; the window's lo, hi): `dispatch_action`'s inverse."""
+    lo, hi = ramp_window(prev, params)
+    return lo + 0.5 * (action + 1.0) * (hi - lo), lo, hi
 
 
 def dispatch_action(params: TransParams, pg, prev):

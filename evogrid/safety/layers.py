@@ -49,10 +49,10 @@ from evogrid.envs.trans import (
     TransState,
     _dc_flows,
     _solve,
+    asked_dispatch,
     dispatch_action,
     follow_load,
     forecast_bus_loads,
-    ramp_window,
     read_observation,
     voltage_action,
     voltage_setpoints,
@@ -106,9 +106,9 @@ class RedispatchLayer:
         action, _ = sanitize_action(action)
         seen = read_observation(obs, g, (self.forecast_steps, bool(self.outage_slots)))
         load_p, prev, t = seen["load_mw"], seen["last_pg"], seen["t"]
-        lo, hi = ramp_window(prev, g)
+        asked, lo, hi = asked_dispatch(action, prev, g)
         demand = jnp.sum(load_p) + g.dc.gs_total
-        pg = follow_load(lo + 0.5 * (action + 1.0) * (hi - lo), lo, hi, demand)
+        pg = follow_load(asked, lo, hi, demand)
         out, sens = jnp.zeros(0, jnp.int32), self.gen_ptdf
         if self.outage_slots:   # the lines the observation shows out of service in the interval just past
             out = jnp.nonzero(seen["line_out"], size=self.outage_slots, fill_value=-1)[0].astype(jnp.int32)
@@ -183,14 +183,12 @@ class ScheduleLayer:
         """(the action with the corrected voltage set-points, 0 MWh: the active dispatch is left as asked)."""
         g = self.grid
         action, _ = sanitize_action(action)
-        n_units, n_bus, n_v = g.pmax.shape[0], g.vmin.shape[0], g.v_set.shape[0]
+        n_units = g.pmax.shape[0]
         seen = read_observation(obs, g, (self.forecast_steps, False))
-        load_p, prev = seen["load_mw"], seen["last_pg"]
-        load_q = load_p * self.q_ratio
-        lo, hi = ramp_window(prev, g)
-        pg = follow_load(lo + 0.5 * (action[:n_units] + 1.0) * (hi - lo), lo, hi, jnp.sum(load_p) + g.dc.gs_total)
-        vm_seen = obs[obs.shape[0] - n_bus - n_v:obs.shape[0] - n_v]    # the last interval's |V| (the warm start)
-        start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=g.rate, vm=vm_seen,
+        load_p, load_q = seen["load_mw"], seen["load_mw"] * self.q_ratio
+        asked, lo, hi = asked_dispatch(action[:n_units], seen["last_pg"], g)
+        pg = follow_load(asked, lo, hi, jnp.sum(load_p) + g.dc.gs_total)
+        start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=g.rate, vm=seen["vm"],   # |V| warm start
                            va=jnp.angle(g.acn.v0).astype(pg.dtype), qg=g.v_set)
         no_outage = jnp.zeros(0, jnp.int32)
 
