@@ -17,7 +17,8 @@ Per task family (`evogrid baseline --task NAME` prints the same):
   feeder with no control (zero action, no safety layer).
 * The operator's baselines (`operators.py`, `baseline(task, operators=True)`), each with and without the
   task's safety layer: zero policy, persistence, myopic and rolling-horizon (MPC) DC-OPF on the
-  observation's forecast on the DC transmission tasks; no control on dso.
+  observation's forecast on the DC transmission tasks; zero and persistence on the AC ones; no control
+  and the rolling LinDistFlow dispatch (each interval's QP at the observed loads) on dso.
 * TSO, AC (`ac.py`): each step's AC-OPF by PYPOWER's `runopf` (optional dependency) as a reference (no
   ramp limits; a local optimum), and its dispatch replayed through the env.
 
@@ -48,7 +49,7 @@ from evogrid.baselines.report import (  # noqa: F401  (re-exported: the report r
 )
 from evogrid.utils.rundir import atomic_write
 
-BASELINE_VERSION = "15"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
+BASELINE_VERSION = "16"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
 
 
 def supported(task: str) -> bool:

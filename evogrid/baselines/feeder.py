@@ -97,36 +97,115 @@ def replay_fn(env, params):
     return play
 
 
-def _day_qp(params, d, offset):
-    """The day's QP: (solution, env actions [T, n_act], LinDistFlow |V|^2 [T, n_bus], battery binding or None)."""
+SOFT_BAND = 1e6       # $ per p.u. of |V|^2 outside the band, per interval: the rolling policy's least violating schedule
+
+
+def rolling_policy(env, params, days=None, progress=None):
+    """Replayed figures of the operator's rolling dispatch of a DSO feeder (model-predictive control): every
+    interval it solves that interval's LinDistFlow QP (`_schedule_qp`) at the bus loads and PV power it
+    observes (reactive loads at each bus's power factor), corrects the linear voltages by its own sweep
+    power flow of that schedule, warm-started from the observed |V| (`ROUNDS` rounds, as the oracle corrects
+    by the env), and applies the schedule. The feeder's intervals do not couple (no storage, no energy
+    price), so the interval alone is the horizon: a forecast would add nothing. Where no schedule keeps
+    every bus within its band in the linear model, it takes the least violating one (`SOFT_BAND`). `env` may
+    be `Shielded` (the action then passes through the safety layer). Returns (returns [n], costs [n, C], MWh
+    the layer moved per day [n], mean seconds per decision)."""
+    import time
+
+    from evogrid.baselines.tso import each_day
+    from evogrid.envs.dist import decode_controls, feeder_flow, read_observation
+
+    if hasattr(params, "battery"):
+        raise ValueError("the feeder's rolling dispatch plans one interval at a time: it has no plan for batteries "
+                         "(DERs tasks); use the oracle (`evogrid baseline`) there")
     g = lambda x: np.asarray(x, np.float64)  # noqa: E731
-    T, base, dt = params.max_steps, float(params.base_mva), float(params.delta_t_hours)
+    ratio, dtype = g(params.q_ratio), params.load_p.dtype
+
+    @jax.jit
+    def sweep_vm(load_p, avail, vm, action):   # |V| of the controller's own power flow of the interval
+        controls = decode_controls(action, load_p, avail, params)
+        return feeder_flow(load_p, load_p * params.q_ratio, avail, vm.astype(params.net.z.dtype), controls, params)[0]["vm"]
+
+    step = jax.jit(env.step_no_reset)
+    read = jax.jit(lambda obs: read_observation(obs, params))
+    returns, costs, moved, solve_s, solves = [], [], [], 0.0, 0
+    for d in each_day(range(np.asarray(params.load_p).shape[0]) if days is None else days, progress):
+        obs, state = env.reset_to_day(jnp.int32(d), params)
+        total, cost, mwh = 0.0, 0.0, 0.0
+        for t in range(params.max_steps):
+            seen = {k: g(v) for k, v in read(obs).items()}
+            load_p, avail = seen["load_mw"][None], seen["avail_mw"][None]
+            t0 = time.perf_counter()
+            offset = np.zeros_like(load_p)
+            for soft in (None, SOFT_BAND):
+                for r in range(ROUNDS + 1):
+                    sol, actions, u_lin, _ = _schedule_qp(params, load_p, load_p * ratio, avail, np.zeros(1), offset, soft)
+                    if not sol.ok:
+                        break
+                    action = jnp.asarray(actions[0], dtype)
+                    if r < ROUNDS:
+                        vm = sweep_vm(jnp.asarray(load_p[0], dtype), jnp.asarray(avail[0], dtype), jnp.asarray(seen["vm"], dtype), action)
+                        offset = offset + g(vm)[None] ** 2 - u_lin
+                if sol.ok:
+                    break
+                offset = np.zeros_like(load_p)
+            solve_s, solves = solve_s + time.perf_counter() - t0, solves + 1
+            if not sol.ok:
+                raise RuntimeError(f"feeder rolling dispatch, day {d} step {t}: the solver returned {sol.status!r}")
+            obs, state, reward, c, _, info = step(jax.random.key(t), state, action, params)
+            total += float(reward)
+            cost = cost + np.asarray(c, np.float64)
+            mwh += float(info.get("layer_moved", 0.0))
+        returns.append(total)
+        costs.append(cost)
+        moved.append(mwh)
+    return np.array(returns), np.array(costs), np.array(moved), solve_s / max(solves, 1)
+
+
+def _day_qp(params, d, offset):
+    """The day's QP (`_schedule_qp` on day `d`'s loads, PV and price)."""
+    g = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    price = g(params.price)[d] if hasattr(params, "price") else np.zeros(params.max_steps)
+    return _schedule_qp(params, g(params.load_p)[d], g(params.load_q)[d], g(params.pv_avail)[d] * g(params.pv_rating),
+                        price, offset)
+
+
+def _schedule_qp(params, load_p, load_q, avail, price, offset, soft=None):
+    """The QP of the intervals given by their bus loads (`load_p` MW, `load_q` MVAr [T, n_bus]), PV power
+    available (`avail` [T, n_pv] MW) and energy price (`price` [T]), with the linear model's voltage error
+    `offset` [T, n_bus] (|V|^2): (solution, env actions [T, n_act], LinDistFlow |V|^2 [T, n_bus], battery
+    binding or None). `soft` ($ per p.u. of |V|^2 per interval) turns the voltage band into a penalty: the
+    least violating schedule where none meets it."""
+    g = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    T, base, dt = load_p.shape[0], float(params.base_mva), float(params.delta_t_hours)
     down, z = g(params.net.down), np.asarray(params.net.z, np.complex128)
     r, x = z.real, z.imag
-    load_p, load_q = g(params.load_p)[d], g(params.load_q)[d]                       # [T, n_bus]
     flex, pv_inc = g(params.flex_incidence), g(params.pv_incidence)
     bat_inc = g(params.battery_incidence) if hasattr(params, "battery_incidence") else np.zeros((0, load_p.shape[1]))
-    price = g(params.price)[d] if hasattr(params, "price") else np.zeros(T)
     n_bus, n_br, n_flex, n_pv, n_bat = load_p.shape[1], down.shape[0], flex.shape[0], pv_inc.shape[0], bat_inc.shape[0]
-    avail = g(params.pv_avail)[d] * g(params.pv_rating)                              # [T, n_pv] MW
+    keep = np.arange(n_bus) != params.net.root
+    n_soft = int(keep.sum()) if soft is not None else 0
     s_max, inv_s = float(params.shift_max), g(params.inverter_s)
     q_cap = np.sqrt(np.maximum(inv_s**2 - avail**2, 0.0))
-    # per step: s+ | s- | c | q | ch | dis | soc (after the step) | P | Q
-    sizes = [n_flex, n_flex, n_pv, n_pv, n_bat, n_bat, n_bat, n_br, n_br]
+    # per step: s+ | s- | c | q | ch | dis | soc (after the step) | P | Q | |V|^2 below, above the band (soft)
+    sizes = [n_flex, n_flex, n_pv, n_pv, n_bat, n_bat, n_bat, n_br, n_br, n_soft, n_soft]
     m = sum(sizes)
     cut = np.cumsum([0] + sizes)
-    part = {k: np.arange(cut[i], cut[i + 1]) for i, k in enumerate(["sp", "sm", "c", "q", "ch", "dis", "soc", "P", "Q"])}
+    part = {k: np.arange(cut[i], cut[i + 1])
+            for i, k in enumerate(["sp", "sm", "c", "q", "ch", "dis", "soc", "P", "Q", "below", "above"])}
     at = lambda k, t: t * m + part[k]  # noqa: E731
     n = T * m
     col_lo, col_up = np.full(n, -np.inf), np.full(n, np.inf)
     cost, hess = np.zeros(n), np.zeros(n)
     steps, r_lo, r_up = [], [], []   # each step's rows (its flows and voltages), then the bounds of every row
     u0 = abs(complex(np.asarray(params.net.v_root))) ** 2
-    keep = np.arange(n_bus) != params.net.root
     v_band = [np.broadcast_to((g(params.v_min) + V_MARGIN) ** 2 - u0, (n_bus,)),
               np.broadcast_to((g(params.v_max) - V_MARGIN) ** 2 - u0, (n_bus,))]
     A_v = np.zeros((n_bus, m))
     A_v[:, part["P"]], A_v[:, part["Q"]] = -2.0 * down.T * r[None, :], -2.0 * down.T * x[None, :]
+    A_band = A_v[keep]
+    if n_soft:
+        A_band[:, part["below"]], A_band[:, part["above"]] = np.eye(n_soft), -np.eye(n_soft)
     if n_bat:
         bat = params.battery
         cap, p_max = g(bat.capacity_mwh), g(bat.p_max_mw)
@@ -140,7 +219,7 @@ def _day_qp(params, d, offset):
         up_t[part["c"]] = avail[t]
         lo_t[part["q"]], up_t[part["q"]] = -q_cap[t], q_cap[t]
         lo_t[part["P"]] = lo_t[part["Q"]] = -np.inf
-        up_t[part["P"]] = up_t[part["Q"]] = np.inf
+        up_t[part["P"]] = up_t[part["Q"]] = up_t[part["below"]] = up_t[part["above"]] = np.inf
         if n_bat:
             up_t[part["ch"]] = up_t[part["dis"]] = p_max
             lo_t[part["soc"]], up_t[part["soc"]] = soc_lo, soc_hi
@@ -159,7 +238,7 @@ def _day_qp(params, d, offset):
             block[:, flows] += np.eye(n_br)
             rows.append(block)
             r_lo.append(down @ net0 / base), r_up.append(down @ net0 / base)
-        steps.append(sp.csr_matrix(np.vstack(rows + [A_v[keep]])))
+        steps.append(sp.csr_matrix(np.vstack(rows + [A_band])))
         r_lo.append(v_band[0][keep] - offset[t][keep]), r_up.append(v_band[1][keep] - offset[t][keep])
         # cost: import at the price (net load + losses), losses, curtailment, discomfort
         w = np.zeros(m)
@@ -167,6 +246,7 @@ def _day_qp(params, d, offset):
         w[part["sp"]] += float(params.discomfort_price) * dt * flex_p.sum(1)
         w[part["sm"]] += float(params.discomfort_price) * dt * flex_p.sum(1)
         w[part["c"]] += float(params.curtail_price) * dt
+        w[part["below"]] = w[part["above"]] = soft or 0.0
         cost[t * m:(t + 1) * m] = w
         h = np.zeros(m)
         h[part["P"]] = h[part["Q"]] = 2.0 * (loss_w + price[t] * dt * base) * r

@@ -4,8 +4,10 @@ On the DC transmission tasks: the zero policy (every unit at the middle of its r
 (every unit holds its last output; the automatic generation control follows the load), the myopic
 one-step DC-OPF and the rolling-horizon DC-OPF (MPC) on the forecast the observation carries, re-solved
 every interval (`tso.rolling_policy`). On the AC transmission tasks: the zero policy (mid-window dispatch,
-mid-band voltages) and persistence (the last outputs and voltages held). On dso: the zero policy (no control). Each is judged as a learned
-policy is: every test day from its start, return, summed cost channels, and the MWh the layer moved.
+mid-band voltages) and persistence (the last outputs and voltages held). On dso: the zero policy (no control)
+and the rolling dispatch of the feeder (`feeder.rolling_policy`: each interval's LinDistFlow QP at the
+observed loads). Each is judged as a learned policy is: every test day from its start, return, summed
+cost channels, and the MWh the layer moved.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evogrid.baselines import tso
+from evogrid.baselines import feeder, tso
 from evogrid.rollout import play_days
 
 
@@ -62,6 +64,10 @@ def operator_policies(env, params, progress=None) -> dict:
                 returns, costs, moved, seconds = tso.rolling_policy(
                     played, params, horizon, progress=progress and progress(f"{name}{tag} policy"))
                 record(name, returns, costs, moved, seconds)
-        elif type(env) is not DistGridEnv:
+        elif type(env) is DistGridEnv:
+            returns, costs, moved, seconds = feeder.rolling_policy(
+                played, params, progress=progress and progress(f"mpc{tag} policy"))
+            record("mpc", returns, costs, moved, seconds)
+        else:
             raise ValueError(f"no operator baselines for {type(env).__name__}")
     return out

@@ -189,6 +189,15 @@ def interval(state, params: DistParams):
             params.pv_avail[state.day, t] * params.pv_rating)
 
 
+def read_observation(obs, params: DistParams) -> dict:
+    """What a feeder observation says of its interval (`DistGridEnv._obs`): "vm" [n_bus] |V| p.u. after the
+    last interval, "load_mw" [n_bus] and "avail_mw" [n_pv] the bus loads and PV power available in the
+    interval to be played."""
+    n_bus, n_pv = params.flex_incidence.shape[-1], params.pv_incidence.shape[0]
+    return {"vm": obs[:n_bus], "load_mw": obs[n_bus:2 * n_bus] * params.base_mva,
+            "avail_mw": obs[2 * n_bus:2 * n_bus + n_pv] * params.pv_rating}
+
+
 def decode_controls(action, load_p, avail, params: DistParams):
     """The controls the first n_flex + 2 n_pv entries of `action` ask for at bus loads `load_p` [n_bus] MW
     and PV power available `avail` [n_pv] MW: (shift [n_flex] MW added (+) or removed (-) at the flexible

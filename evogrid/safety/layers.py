@@ -42,6 +42,7 @@ from evogrid.envs.dist import (
     encode_controls,
     feeder_flow,
 )
+from evogrid.envs.dist import read_observation as read_feeder_observation
 from evogrid.envs.environment import Environment, sanitize_action
 from evogrid.envs.trans import (
     TransGridEnv,
@@ -244,10 +245,8 @@ class VoltageLayer:
         """(the action that asks for the corrected controls, MWh of load shifted or PV curtailed more or less)."""
         g = self.grid
         action, _ = sanitize_action(action)
-        n_bus, n_pv = g.net.z.shape[0] + 1, g.pv_incidence.shape[0]
-        vm = obs[:n_bus]
-        load_p = obs[n_bus:2 * n_bus] * g.base_mva
-        avail = obs[2 * n_bus:2 * n_bus + n_pv] * g.pv_rating
+        seen = read_feeder_observation(obs, g)
+        vm, load_p, avail = seen["vm"], seen["load_mw"], seen["avail_mw"]
         load_q = load_p * g.q_ratio
         asked = controls = decode_controls(action, load_p, avail, g)
         v0 = vm.astype(g.net.z.dtype)
