@@ -355,6 +355,49 @@ def test_ac_opf_reference_replays_within_every_limit():
             ac.ac_opf_reference(*make("tso-case14", max_steps=4, n_days=4, split="test"), case)
 
 
+def test_socp_rows_hold_at_the_env_ac_state_and_the_bound_is_below_a_feasible_day():
+    """tso-case14-ac, 8-step test days (float64). The relaxation's rows are the env's physics: at the state
+    the env reaches after zero actions (W built from its voltages) every bus balance holds to 1e-9 p.u.,
+    each pair's cone is tight (|W|^2 = w_f w_t) and the rows' flows give the env's MVA loadings. The bound
+    is below the cost of a day the env plays within every limit (the reference's set-points replayed) and
+    within 2% of it; halving the ratings cannot lower it; a DC task and a cubic cost are refused."""
+    pytest.importorskip("pypower")
+    from evogrid.baselines import ac, ac_bound
+
+    with jax.enable_x64(True):
+        env, params = make("tso-case14-ac", max_steps=8, n_days=4, split="test")
+        rows = ac_bound.socp_rows(params)
+        obs, state = env.reset_to_day(jnp.int32(0), params)
+        zero = jnp.zeros(env.action_space(params).shape)
+        for _ in range(3):
+            obs, state, *_ = env.step_no_reset(jax.random.key(0), state, zero, params)
+        v = np.asarray(state.vm) * np.exp(1j * np.asarray(state.va))
+        sl, base = rows["slices"], float(params.base_mva)
+        x = ac_bound.voltage_products(rows, v)
+        x[sl["pg"]] = np.asarray(state.pg) / base
+        vbus = np.argmax(np.asarray(params.vbus_incidence), axis=1)
+        x[sl["q"]] = np.asarray(state.qg)[[list(vbus).index(b) for b in rows["held"]]] / base
+        load = np.concatenate([np.asarray(params.load_p)[0, 2], np.asarray(params.load_q)[0, 2]]) / base
+        np.testing.assert_allclose(rows["balance"] @ x, load - rows["fixed_q"], atol=1e-9)
+        f, t = rows["pair"].T
+        np.testing.assert_allclose(x[sl["a"]] ** 2 + x[sl["b"]] ** 2, x[sl["w"]][f] * x[sl["w"]][t], rtol=1e-12)
+        pq = rows["flows"] @ x                                  # [both ends of every rated branch, (P, Q)]
+        mva = np.hypot(pq[:, 0], pq[:, 1]).reshape(-1, 2).max(1) * base
+        np.testing.assert_allclose(mva, np.asarray(state.flow), rtol=1e-9)   # every branch of the task is rated
+        reference = ac.ac_opf_reference(env, params, load_case("14"), days=[0])
+        ret, costs = ac.replay_reference(env, params, reference)
+        assert np.all(costs[0] == 0.0)
+        bound = ac_bound.socp_bound(params, days=[0])[0]
+        assert bound.status == "optimal" and 0.98 * -ret[0] < bound.cost <= -ret[0] * (1 + ac_bound.GAP_TOL)
+        tighter = ac_bound.socp_bound(params.replace(rate=params.rate * 0.5), days=[0])[0]
+        assert tighter.status != "optimal" or tighter.cost >= bound.cost * (1 - 1e-7)
+        with pytest.raises(ValueError, match="the SOCP bound is for the AC tasks"):
+            ac_bound.socp_rows(make("tso-case14", max_steps=4, n_days=4)[1])
+        cubic = params.cost.replace(poly=jnp.concatenate([params.cost.poly, params.cost.poly[:, :1]], axis=1))
+        with pytest.raises(ValueError, match="convex quadratic"):
+            ac_bound.socp_rows(params.replace(cost=cubic))
+
+
 @pytest.mark.slow
 def test_ac_operator_baselines_with_and_without_the_voltage_schedule():
     """tso-case14-ac, 4 test days of 12 steps (float64): the zero policy and persistence, each with and

@@ -19,8 +19,9 @@ Per task family (`evogrid baseline --task NAME` prints the same):
   task's safety layer: zero policy, persistence, myopic and rolling-horizon (MPC) DC-OPF on the
   observation's forecast on the DC transmission tasks; zero and persistence on the AC ones; no control
   and the rolling LinDistFlow dispatch (each interval's QP at the observed loads) on dso.
-* TSO, AC (`ac.py`): each step's AC-OPF by PYPOWER's `runopf` (optional dependency) as a reference (no
-  ramp limits; a local optimum), and its dispatch replayed through the env.
+* TSO, AC (`ac.py`): the day's DC plan tracked step by step by PYPOWER's `runopf` (optional dependency)
+  within ramp limits, as a reference (a local optimum, not a bound), its set-points replayed through the
+  env; and beside it a bound (`ac_bound.py`): the day's multi-period SOC relaxation of the AC-OPF.
 
 Costs are in the task's reward units (minus the return): a policy's gap to the oracle on a day is
 (its cost - the oracle's) / the oracle's. Days on which no schedule meets every limit are reported
