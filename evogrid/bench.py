@@ -146,6 +146,8 @@ def run_one(workflow, seed: int, generations: int) -> dict:
     solved = baselines.solved_days(report) if report else []  # a day without any feasible schedule cannot count against a policy
     if report:
         row["gap_pct"], row["gap_days"] = baselines.gap(report, day_return)
+        if report.get("bound"):
+            row["gap_bound_pct"] = baselines.gap(report, day_return, "bound")[0]
         met = np.asarray(ev["day_feasible"])[solved]
         row["feasible_solved_share"] = float(met.mean()) if solved else float("nan")
         if solved:
@@ -248,13 +250,14 @@ def summarise(rows: list[dict], reports: dict | None = None) -> list[dict]:
         out.append({"algorithm": algorithm, "task": task, "layer": layer, "seeds": len(runs), "failed": len(runs) - len(ok),
                     "gap_pct": mean, "gap_lo": lo, "gap_hi": hi, "gap_p95_pct": _mean(ok, "gap_p95_pct"),
                     "gap_worst_pct": max((r["gap_worst_pct"] for r in ok if "gap_worst_pct" in r), default=float("nan")),
-                    **{k: _mean(ok, k) for k in ("return", "feasible_share", "feasible_solved_share",
+                    **{k: _mean(ok, k) for k in ("gap_bound_pct", "return", "feasible_share", "feasible_solved_share",
                                                  "raw_feasible_solved_share", "moved_mwh", "decision_s", "wall_s", "env_steps")}})
     for task, report in (reports or {}).items():
         for name, f in report.get("summary", {}).get("operators", {}).items():
             out.append({"algorithm": f"baseline:{name.removesuffix('+layer')}", "task": task,
                         "layer": "on" if name.endswith("+layer") else "off", "seeds": 1, "failed": 0,
                         "gap_pct": f["gap_pct"], "gap_lo": f["gap_pct"], "gap_hi": f["gap_pct"],
+                        "gap_bound_pct": f.get("gap_bound_pct", float("nan")),
                         "gap_p95_pct": f["gap_p95_pct"], "gap_worst_pct": f["gap_worst_pct"], "return": f["return"],
                         "feasible_share": float("nan"), "feasible_solved_share": f["feasible_solved_share"],
                         "raw_feasible_solved_share": float("nan"), "moved_mwh": f["moved_mwh"],
@@ -281,7 +284,8 @@ def markdown(cells: list[dict]) -> str:
         out += [f"\n**{task}**\n", head, "|---" * 12 + "|"]
         for c in sorted((c for c in cells if c["task"] == task), key=lambda c: (c["algorithm"].startswith("baseline:"), c["algorithm"], c["layer"])):
             gap = "no oracle" if np.isnan(c["gap_pct"]) else (
-                f"{c['gap_pct']:.2f}" + ("" if c["algorithm"].startswith("baseline:") else f" [{c['gap_lo']:.2f}, {c['gap_hi']:.2f}]"))
+                f"{c['gap_pct']:.2f}" + ("" if c["algorithm"].startswith("baseline:") else f" [{c['gap_lo']:.2f}, {c['gap_hi']:.2f}]")
+                + ("" if np.isnan(c.get("gap_bound_pct", np.nan)) else f"; to the bound {c['gap_bound_pct']:.2f}"))
             out.append(f"| {c['algorithm']} | {c['layer']} | {gap} | {_num(c['gap_p95_pct'], '.2f')} | {_num(c['gap_worst_pct'], '.2f')} | "
                        f"{_pct(c['feasible_solved_share'])} | {_pct(c['raw_feasible_solved_share'])} | {_num(c['moved_mwh'], '.1f')} | "
                        f"{_num(1e3 * c['decision_s'], '.2f')} | {_num(c['wall_s'], '.0f')} | {_num(c['env_steps'], ',.0f')} | "

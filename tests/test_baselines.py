@@ -355,6 +355,19 @@ def test_ac_opf_reference_replays_within_every_limit():
             ac.ac_opf_reference(*make("tso-case14", max_steps=4, n_days=4, split="test"), case)
 
 
+def test_gaps_count_the_days_each_reference_solves():
+    """A policy's gap to the oracle and to the bound: each over the days that one solves, in % of its cost;
+    a report without a bound gives NaN for it."""
+    report = {"oracle": {"status": ["optimal", "infeasible", "optimal"], "cost": [100.0, None, 50.0]},
+              "bound": {"status": ["optimal", "optimal", "infeasible"], "cost": [90.0, 80.0, None]}}
+    returns = [-110.0, -100.0, -60.0]
+    assert baselines.gap(report, returns) == (pytest.approx(100 * (170 - 150) / 150), 2)
+    assert baselines.gap(report, returns, "bound") == (pytest.approx(100 * (210 - 170) / 170), 2)
+    figures = baselines.policy_figures(report, returns, [0.0, 0.0, 0.0])
+    assert figures["gap_bound_pct"] == pytest.approx(100 * 40 / 170) and figures["feasible_solved_share"] == 1.0
+    assert np.isnan(baselines.policy_figures({"oracle": report["oracle"]}, returns, [0.0] * 3)["gap_bound_pct"])
+
+
 def test_socp_rows_hold_at_the_env_ac_state_and_the_bound_is_below_a_feasible_day():
     """tso-case14-ac, 8-step test days (float64). The relaxation's rows are the env's physics: at the state
     the env reaches after zero actions (W built from its voltages) every bus balance holds to 1e-9 p.u.,
