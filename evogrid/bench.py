@@ -2,6 +2,7 @@
 days against the task's oracle, beside the operator's baselines with and without the layer.
 
     evogrid bench --algorithms Open_ES,ppo --tasks tso-case5,tso-case14 --seeds 3 --layers on,off --out bench
+    evogrid bench --algorithms Sep_CMA_ES,Sep_CMA_ES:init=operator --tasks tso-case14   # config overrides per entry
 
 Each run trains with the algorithm's defaults for the budget below (or `--generations`), with the task's
 safety layer between the policy and the env or without it (`safety` config field; a task without a
@@ -42,6 +43,23 @@ DEFAULT_TASKS = ("tso-case5", "tso-case14", "tso-case118", "dso-case33bw", "dcmg
 LAYERS = ("on", "off")
 
 
+def parse_algorithm(spec: str) -> tuple[str, dict]:
+    """(algorithm name, config overrides) of a grid entry: a name, then `:key=value` pairs for its config, e.g.
+    "Sep_CMA_ES:init=operator" (values read as JSON where they parse, as strings otherwise). The whole entry
+    labels the runs and the table rows."""
+    name, *pairs = str(spec).split(":")
+    overrides = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{spec!r}: config overrides follow the algorithm as :key=value, e.g. Sep_CMA_ES:init=operator")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    return name, overrides
+
+
 def check_grid(algorithms, tasks, seeds: int = 1, generations: int | None = None, layers=LAYERS) -> tuple[list[str], list[str]]:
     """Canonical names, or a ValueError naming every unknown one and the valid ones (or what else is wrong
     with the grid: no algorithm or task, fewer than one seed or generation, a layer setting other than on
@@ -59,10 +77,17 @@ def check_grid(algorithms, tasks, seeds: int = 1, generations: int | None = None
         raise ValueError(f"layers must be on, off or both (comma-separated), got {','.join(layers) or 'nothing'}")
     names, bad = [], []
     for a in algorithms:
+        name, overrides = parse_algorithm(a)
         try:
-            names.append(resolve(a)[0])
+            canonical, config_cls, _ = resolve(name)
         except ValueError:
-            bad.append(a)
+            bad.append(name)
+            continue
+        try:
+            config_cls.from_dict({"algorithm": canonical, **overrides})
+        except ValueError as err:
+            raise ValueError(f"{a}: {err}") from None
+        names.append(":".join([canonical, *a.split(":")[1:]]))
     if bad:
         raise ValueError(f"unknown algorithm(s) {', '.join(bad)}; choose from {', '.join(known_algorithms())}")
     wrong = []
@@ -104,7 +129,7 @@ def _takes_layer(algorithm: str) -> bool:
     """Whether the algorithm's workflow composes a safety layer (its config has the `safety` field)."""
     from evogrid.workflows.registry import config_class
 
-    return "safety" in {f.name for f in dataclasses.fields(config_class(algorithm))}
+    return "safety" in {f.name for f in dataclasses.fields(config_class(parse_algorithm(algorithm)[0]))}
 
 
 def decision_seconds(env, policy, obs, repeats: int = 200) -> float:
@@ -193,7 +218,8 @@ def bench(algorithms, tasks, seeds: int, out: Path, generations: int | None = No
             baselines.baseline(task, operators=True)
     workflows = {}
     for i, (algorithm, task, layer, seed) in enumerate(todo):
-        gens = generations or BUDGET.get(algorithm.lower(), EC_BUDGET_BY_TASK.get(task, EC_BUDGET))
+        name, overrides = parse_algorithm(algorithm)
+        gens = generations or BUDGET.get(name.lower(), EC_BUDGET_BY_TASK.get(task, EC_BUDGET))
         record = {"algorithm": algorithm, "task": task, "layer": layer, "seed": seed, "generations": gens}
         try:
             if (algorithm, task, layer) not in workflows:   # keep one cell, and free the last cell's compiled programs:
@@ -201,7 +227,7 @@ def bench(algorithms, tasks, seeds: int, out: Path, generations: int | None = No
                 # memory", then a segfault, after 99 of 105 runs: every cell's executables stayed mapped)
                 workflows.clear()
                 jax.clear_caches()
-                values = {"algorithm": algorithm, "task": task} | ({"safety": layer} if _takes_layer(algorithm) else {})
+                values = {"algorithm": name, "task": task, **overrides} | ({"safety": layer} if _takes_layer(name) else {})
                 workflows[(algorithm, task, layer)] = build(values)[1]
             record.update(status="ok", **run_one(workflows[(algorithm, task, layer)], seed, gens))
         except Exception as err:  # the grid goes on; the failure is recorded with its reason

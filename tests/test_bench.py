@@ -27,6 +27,13 @@ def test_unknown_names_are_refused_before_any_run(tmp_path, capsys):
             bench.check_grid(["ppo"], ["tso-case5"], seeds, generations)
     with pytest.raises(ValueError, match="layers must be on, off or both"):
         bench.check_grid(["ppo"], ["tso-case5"], layers=["maybe"])
+    # an entry may carry config overrides: checked against the algorithm's config, kept as its label
+    assert bench.check_grid(["sep-cma-es:init=operator:sigma=0.02"], ["tso-case5"])[0] == ["Sep_CMA_ES:init=operator:sigma=0.02"]
+    assert bench.parse_algorithm("Sep_CMA_ES:init=operator:sigma=0.02") == ("Sep_CMA_ES", {"init": "operator", "sigma": 0.02})
+    with pytest.raises(ValueError, match="Open_ES:init=mpc: init must be one of random, operator"):
+        bench.check_grid(["Open_ES:init=mpc"], ["tso-case5"])
+    with pytest.raises(ValueError, match="overrides follow the algorithm as :key=value"):
+        bench.check_grid(["Open_ES:init"], ["tso-case5"])
 
 
 @pytest.mark.slow

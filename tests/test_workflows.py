@@ -1,4 +1,5 @@
 """ECWorkflow: every strategy compiles once, the sign is right, it learns, configs are checked, checkpoints resume."""
+import dataclasses
 import json
 
 import jax
@@ -94,6 +95,30 @@ def test_bad_configs():
         ECConfig(task="tso-case5", activation="tahn")
     with pytest.raises(ValueError, match="unknown task"):
         ECWorkflow(ECConfig(task="tso-case6"))
+    with pytest.raises(ValueError, match="init='operator' .* dcmg does not have .*use init='random'"):
+        ECWorkflow(ECConfig(task="dcmg", init="operator"))
+
+
+def test_operator_init_starts_from_the_mpcs_decisions(short_task):
+    """init='operator': the search starts from the MLP fitted to the MPC's (observation, action) pairs, which
+    reproduces those actions far closer than the random start does."""
+    env, params = short_task
+    config = ECConfig(task="tso-case5", pop_size=8, hidden=(16,), safety="off", init="operator", init_days=2)
+    wf = ECWorkflow(config, env, params)
+    obs, actions = wf.demonstrations()
+    assert obs.shape == (2 * SHORT, wf.obs_dim) and actions.shape == (2 * SHORT, wf.act_dim)
+    state = wf.init(jax.random.key(0))
+
+    def error(flat, norm):
+        return float(jnp.mean((jax.vmap(wf._policy(flat, norm))(jnp.asarray(obs)) - actions) ** 2))
+
+    random_wf = ECWorkflow(dataclasses.replace(config, init="random"), env, params)
+    start = random_wf.init(jax.random.key(0))
+    fitted, unfitted = error(state.best_params, state.best_obs_norm), error(start.best_params, start.best_obs_norm)
+    assert fitted < 0.02 * unfitted, (fitted, unfitted)
+    assert jnp.allclose(wf.strategy.center(state.es_state), state.best_params)   # the search is centred on it
+    again = ECWorkflow(config, env, params).demonstrations()   # from the disk cache: the MPC is not solved again
+    np.testing.assert_array_equal(again[1], actions)
 
 
 @pytest.mark.slow

@@ -100,7 +100,7 @@ def replay_fn(env, params):
 SOFT_BAND = 1e6       # $ per p.u. of |V|^2 outside the band, per interval: the rolling policy's least violating schedule
 
 
-def rolling_policy(env, params, days=None, progress=None):
+def rolling_policy(env, params, days=None, progress=None, record=None):
     """Replayed figures of the operator's rolling dispatch of a DSO feeder (model-predictive control): every
     interval it solves that interval's LinDistFlow QP (`_schedule_qp`) at the bus loads and PV power it
     observes (reactive loads at each bus's power factor), corrects the linear voltages by its own sweep
@@ -108,8 +108,9 @@ def rolling_policy(env, params, days=None, progress=None):
     by the env), and applies the schedule. The feeder's intervals do not couple (no storage, no energy
     price), so the interval alone is the horizon: a forecast would add nothing. Where no schedule keeps
     every bus within its band in the linear model, it takes the least violating one (`SOFT_BAND`). `env` may
-    be `Shielded` (the action then passes through the safety layer). Returns (returns [n], costs [n, C], MWh
-    the layer moved per day [n], mean seconds per decision)."""
+    be `Shielded` (the action then passes through the safety layer). `record`, a list, receives each
+    interval's (observation, action). Returns (returns [n], costs [n, C], MWh the layer moved per day [n],
+    mean seconds per decision)."""
     import time
 
     from evogrid.baselines.tso import each_day
@@ -152,6 +153,8 @@ def rolling_policy(env, params, days=None, progress=None):
             solve_s, solves = solve_s + time.perf_counter() - t0, solves + 1
             if not sol.ok:
                 raise RuntimeError(f"feeder rolling dispatch, day {d} step {t}: the solver returned {sol.status!r}")
+            if record is not None:
+                record.append((np.asarray(obs), np.asarray(action)))
             obs, state, reward, c, _, info = step(jax.random.key(t), state, action, params)
             total += float(reward)
             cost = cost + np.asarray(c, np.float64)

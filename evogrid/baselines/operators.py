@@ -71,3 +71,39 @@ def operator_policies(env, params, progress=None) -> dict:
         else:
             raise ValueError(f"no operator baselines for {type(env).__name__}")
     return out
+
+
+def mpc_name(env, params) -> str | None:
+    """The operator's MPC of the env's task ("rolling DC-OPF" on DC transmission tasks, "rolling LinDistFlow
+    dispatch" on dso feeders without batteries), or None where it has none (AC, DERs, dcmg, markets)."""
+    from evogrid.envs.dist import DistGridEnv
+    from evogrid.envs.trans import TransGridEnv
+    from evogrid.safety import Shielded
+
+    inner = env.env if isinstance(env, Shielded) else env
+    if type(inner) is TransGridEnv and not params.ac:
+        return "rolling DC-OPF"
+    if type(inner) is DistGridEnv and not hasattr(params, "battery"):
+        return "rolling LinDistFlow dispatch"
+    return None
+
+
+def demonstrations(env, params, days=None, progress=None):
+    """(observations [N, obs_dim], actions [N, act_dim]) float32: every interval of `days` (default: every day
+    of `params`) as the
+    operator's MPC plays it (the rolling DC-OPF on the observation's forecast on DC transmission tasks, the
+    rolling LinDistFlow dispatch on dso), through `env` (with its safety layer when `Shielded`; the action
+    recorded is the MPC's own, before the layer). What a policy imitates to start from the operator's
+    decisions (`ECConfig.init = "operator"`). A ValueError on a task with no MPC."""
+    from evogrid.envs.trans import observation_layout
+
+    record, which = [], mpc_name(env, params)
+    if which == "rolling DC-OPF":
+        tso.rolling_policy(env, params, 1 + observation_layout(params)[0], days, progress, record)
+    elif which == "rolling LinDistFlow dispatch":
+        feeder.rolling_policy(env, params, days, progress, record)
+    else:
+        raise ValueError("no operator MPC to imitate on this task: it exists on the DC transmission tasks "
+                         "(tso-caseN, -n1) and dso-case33bw")
+    obs, actions = (np.stack(x).astype(np.float32) for x in zip(*record))
+    return obs, actions

@@ -343,7 +343,7 @@ def myopic_policy(env, params, days=None, progress=None):
     return returns, costs
 
 
-def rolling_policy(env, params, horizon: int = 1, days=None, progress=None):
+def rolling_policy(env, params, horizon: int = 1, days=None, progress=None, record=None):
     """Replayed figures of the rolling-horizon DC-OPF (model-predictive control) on each day: every interval
     it solves the multi-period problem of that interval (the bus loads it observes) and the next
     `horizon - 1` (the observation's forecast of their total load, spread over the buses as the present
@@ -352,8 +352,8 @@ def rolling_policy(env, params, horizon: int = 1, days=None, progress=None):
     then the interval alone. `horizon=1` is the myopic policy. On -n1 tasks it solves on the grid as it is, N-1
     secure, by the same constraint generation; where no dispatch meets every limit it takes the least
     violating one of the first interval alone. `env` may be `Shielded` (the action then passes through
-    the safety layer). Returns (returns [n], costs [n, C], MWh the layer moved per day [n], mean seconds
-    per decision)."""
+    the safety layer). `record`, a list, receives each interval's (observation, action). Returns (returns [n],
+    costs [n, C], MWh the layer moved per day [n], mean seconds per decision)."""
     import time
 
     from evogrid.envs.trans import forecast_bus_loads, observation_layout, read_observation
@@ -392,6 +392,8 @@ def rolling_policy(env, params, horizon: int = 1, days=None, progress=None):
                 raise RuntimeError(f"rolling dispatch, day {d} step {t}: the solver returned {sol.status!r}")
             action = dispatch_action(params, jnp.asarray(sol.x[:prob.n_units], params.pmin.dtype),
                                      jnp.asarray(seen["last_pg"], params.pmin.dtype))
+            if record is not None:
+                record.append((np.asarray(obs), np.asarray(action)))
             obs, state, reward, c, _, info = step(jax.random.key(t), state, action, params)
             total += float(reward)
             cost = cost + np.asarray(c, np.float64)

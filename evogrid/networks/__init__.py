@@ -1,4 +1,5 @@
-"""Policy networks: a flax MLP, populations of MLPs (`make_vmap_mlp`) and running observation statistics."""
-from evogrid.networks.mlp import MLP, MLPEnsemble, RunningNorm, flat_init, make_vmap_mlp
+"""Policy networks: a flax MLP, populations of MLPs (`make_vmap_mlp`) and running observation statistics,
+and behaviour cloning (`imitate`)."""
+from evogrid.networks.mlp import MLP, MLPEnsemble, RunningNorm, flat_init, imitate, make_vmap_mlp
 
-__all__ = ["MLP", "MLPEnsemble", "RunningNorm", "flat_init", "make_vmap_mlp"]
+__all__ = ["MLP", "MLPEnsemble", "RunningNorm", "flat_init", "imitate", "make_vmap_mlp"]

@@ -25,12 +25,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax.flatten_util import ravel_pytree
 
 from evogrid.algorithms import EVOSAX_ALGORITHMS, EvosaxStrategy, GeneticAlgorithm
 from evogrid.algorithms.es import ANTITHETIC
 from evogrid.constraints import ConstraintConfig, Lagrangian
 from evogrid.envs.wrappers import TrainingWrapper
-from evogrid.networks import RunningNorm, flat_init, make_vmap_mlp
+from evogrid.networks import RunningNorm, flat_init, imitate, make_vmap_mlp
 from evogrid.networks.mlp import ACTIVATIONS
 from evogrid.rollout import play_days, rollout
 from evogrid.utils.config import param
@@ -57,6 +58,10 @@ class ECConfig(ConstraintConfig):
     episodes_per_individual: int = param(4, "episodes each individual plays per generation", lo=1, cli="--episodes")
     hidden: tuple[int, ...] = param((32, 32), "MLP hidden layer widths", lo=1)
     activation: str = param("tanh", "MLP activation", choices=tuple(ACTIVATIONS))
+    init: str = param("random", "where the search starts: random MLP weights, or 'operator': the MLP fitted to the "
+                      "operator's MPC on training days (behaviour cloning; DC transmission and dso tasks)",
+                      choices=("random", "operator"))
+    init_days: int = param(40, "init='operator': the training days the MPC plays for the fit (at most all 40)", lo=1)
     sigma: float = param(0.05, "initial search std (ES) / mutation std (GA)", lo=0.0, lo_open=True)
     learning_rate: float = param(0.03, "ES optimiser step size (Open_ES, SNES, xNES, PGPE, ARS)", lo=0.0, lo_open=True,
                                  cli="--lr")
@@ -113,6 +118,12 @@ class ECWorkflow(Workflow):
         self.num_params = flat.shape[0]
         self.strategy = self.make_strategy(flat)
         self.episodes = TrainingWrapper(self.env, config.episodes_per_individual, config.vmap_step)
+        if config.init == "operator":
+            from evogrid.baselines.operators import mpc_name
+
+            if mpc_name(self.env, self.env_params) is None:
+                raise ValueError(f"init='operator' fits the policy to the operator's MPC, which {config.task} does not "
+                                 "have (DC transmission tasks and dso-case33bw do); use init='random'")
 
     # --- hooks ---------------------------------------------------------------------------
     info_sums: tuple[str, ...] = ()   # per-step info entries each individual's episodes also sum (`rollout`)
@@ -133,17 +144,44 @@ class ECWorkflow(Workflow):
         return self.strategy.tell(key, population, fitness, strategy_state)
 
     # --- workflow ----------------------------------------------------------------------
+    def initial_policy(self, key):
+        """(flat MLP parameters [D], observation statistics) the search starts from: random weights, or with
+        `init="operator"` the MLP fitted (`networks.imitate`) to the operator's MPC played on the first
+        `init_days` training days (`demonstrations`, through the env as the workflow plays it, layer
+        included), with those days' observation statistics."""
+        mean, _ = flat_init(self.model, key, self.obs_dim)
+        norm = RunningNorm.create(self.obs_dim)
+        if self.config.init == "random":
+            return mean, norm
+        obs, actions = self.demonstrations()
+        obs = jnp.asarray(obs, mean.dtype)
+        if self.config.obs_norm:
+            norm = norm.update(obs)
+            obs = norm.normalize(obs)
+        params, _ = imitate(self.model, self.unravel(mean), obs, jnp.asarray(actions, mean.dtype))
+        return ravel_pytree(params)[0], norm
+
+    def demonstrations(self):
+        """(observations [N, obs_dim], actions [N, act_dim]) of the operator's MPC on the first `init_days`
+        training days (cached on the workflow and on disk: a resumed or evaluated run does not solve them again)."""
+        if getattr(self, "_demos", None) is None:
+            from evogrid.baselines import demonstrations
+
+            days = range(min(self.config.init_days, self.env.num_days(self.env_params)))
+            self._demos = demonstrations(self.env, self.env_params, days)
+        return self._demos
+
     def _init(self, key) -> ECState:
         k_init, k_es, key = jax.random.split(key, 3)
-        mean, _ = flat_init(self.model, k_init, self.obs_dim)
+        mean, norm = self.initial_policy(k_init)
         state = ECState(
             key=jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key,
             es_state=self.strategy.init(k_es, mean),
-            obs_norm=RunningNorm.create(self.obs_dim),
+            obs_norm=norm,
             lagrangian=Lagrangian.create(len(self.cost_names), self.config, mean.dtype),
             generation=jnp.zeros((), jnp.int32),
             best_params=mean,
-            best_obs_norm=RunningNorm.create(self.obs_dim),
+            best_obs_norm=norm,
             chosen=self.new_chosen(mean.dtype),
         )
         return replicate(state, self.mesh)  # the state lives replicated on the mesh
