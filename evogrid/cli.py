@@ -342,10 +342,12 @@ def _evaluation(workflow, ev) -> dict:
 
 
 def _layer_words(workflow) -> str:
-    """Whether the task's safety layer stands between the policy and the grid, for the run's header line."""
+    """Whether the task's safety layer stands between the policy and the grid (and where the search started,
+    when not from random weights), for the run's header line."""
+    start = "; started from the MPC's decisions" if getattr(workflow.config, "init", "random") == "operator" else ""
     if not getattr(workflow, "layer_on", False):
-        return "safety layer off: the raw policy"
-    return f"safety layer on: {type(workflow.env.layer).__name__}"
+        return "safety layer off: the raw policy" + start
+    return f"safety layer on: {type(workflow.env.layer).__name__}" + start
 
 
 def _size_warning(config, workflow) -> str | None:

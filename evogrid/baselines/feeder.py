@@ -111,9 +111,7 @@ def rolling_policy(env, params, days=None, progress=None, record=None):
     be `Shielded` (the action then passes through the safety layer). `record`, a list, receives each
     interval's (observation, action). Returns (returns [n], costs [n, C], MWh the layer moved per day [n],
     mean seconds per decision)."""
-    import time
-
-    from evogrid.baselines.tso import each_day
+    from evogrid.baselines.tso import play_decisions
     from evogrid.envs.dist import decode_controls, feeder_flow, read_observation
 
     if hasattr(params, "battery"):
@@ -127,42 +125,28 @@ def rolling_policy(env, params, days=None, progress=None, record=None):
         controls = decode_controls(action, load_p, avail, params)
         return feeder_flow(load_p, load_p * params.q_ratio, avail, vm.astype(params.net.z.dtype), controls, params)[0]["vm"]
 
-    step = jax.jit(env.step_no_reset)
     read = jax.jit(lambda obs: read_observation(obs, params))
-    returns, costs, moved, solve_s, solves = [], [], [], 0.0, 0
-    for d in each_day(range(np.asarray(params.load_p).shape[0]) if days is None else days, progress):
-        obs, state = env.reset_to_day(jnp.int32(d), params)
-        total, cost, mwh = 0.0, 0.0, 0.0
-        for t in range(params.max_steps):
-            seen = {k: g(v) for k, v in read(obs).items()}
-            load_p, avail = seen["load_mw"][None], seen["avail_mw"][None]
-            t0 = time.perf_counter()
-            offset = np.zeros_like(load_p)
-            for soft in (None, SOFT_BAND):
-                for r in range(ROUNDS + 1):
-                    sol, actions, u_lin, _ = _schedule_qp(params, load_p, load_p * ratio, avail, np.zeros(1), offset, soft)
-                    if not sol.ok:
-                        break
-                    action = jnp.asarray(actions[0], dtype)
-                    if r < ROUNDS:
-                        vm = sweep_vm(jnp.asarray(load_p[0], dtype), jnp.asarray(avail[0], dtype), jnp.asarray(seen["vm"], dtype), action)
-                        offset = offset + g(vm)[None] ** 2 - u_lin
-                if sol.ok:
+
+    def decide(d, t, obs):
+        seen = {k: g(v) for k, v in read(obs).items()}
+        load_p, avail = seen["load_mw"][None], seen["avail_mw"][None]
+        offset = np.zeros_like(load_p)
+        for soft in (None, SOFT_BAND):
+            for r in range(ROUNDS + 1):
+                sol, actions, u_lin, _ = _schedule_qp(params, load_p, load_p * ratio, avail, np.zeros(1), offset, soft)
+                if not sol.ok:
                     break
-                offset = np.zeros_like(load_p)
-            solve_s, solves = solve_s + time.perf_counter() - t0, solves + 1
-            if not sol.ok:
-                raise RuntimeError(f"feeder rolling dispatch, day {d} step {t}: the solver returned {sol.status!r}")
-            if record is not None:
-                record.append((np.asarray(obs), np.asarray(action)))
-            obs, state, reward, c, _, info = step(jax.random.key(t), state, action, params)
-            total += float(reward)
-            cost = cost + np.asarray(c, np.float64)
-            mwh += float(info.get("layer_moved", 0.0))
-        returns.append(total)
-        costs.append(cost)
-        moved.append(mwh)
-    return np.array(returns), np.array(costs), np.array(moved), solve_s / max(solves, 1)
+                action = jnp.asarray(actions[0], dtype)
+                if r < ROUNDS:
+                    vm = sweep_vm(jnp.asarray(load_p[0], dtype), jnp.asarray(avail[0], dtype), jnp.asarray(seen["vm"], dtype), action)
+                    offset = offset + g(vm)[None] ** 2 - u_lin
+            if sol.ok:
+                return action
+            offset = np.zeros_like(load_p)
+        raise RuntimeError(f"feeder rolling dispatch, day {d} step {t}: the solver returned {sol.status!r}")
+
+    days = range(np.asarray(params.load_p).shape[0]) if days is None else days
+    return play_decisions(env, params, days, decide, progress, record)
 
 
 def _day_qp(params, d, offset):

@@ -354,8 +354,6 @@ def rolling_policy(env, params, horizon: int = 1, days=None, progress=None, reco
     violating one of the first interval alone. `env` may be `Shielded` (the action then passes through
     the safety layer). `record`, a list, receives each interval's (observation, action). Returns (returns [n],
     costs [n, C], MWh the layer moved per day [n], mean seconds per decision)."""
-    import time
-
     from evogrid.envs.trans import forecast_bus_loads, observation_layout, read_observation
 
     layout = observation_layout(params)
@@ -364,34 +362,48 @@ def rolling_policy(env, params, horizon: int = 1, days=None, progress=None, reco
                          f"{layout[0]} the observation forecasts, got {horizon!r}")
     prob = _Problem(params)
     slack = int(np.argmax(np.asarray(params.slack)))
-    step = jax.jit(env.step_no_reset)
     read = jax.jit(lambda obs: read_observation(obs, params, layout))
-    returns, costs, moved, solve_s, solves = [], [], [], 0.0, 0
-    for d in each_day(range(prob.load.shape[0]) if days is None else days, progress):
+
+    def decide(d, t, obs):
+        seen = {k: np.asarray(v, np.float64) for k, v in read(obs).items()}
+        # a slack that the last step left outside its range by more than a ramp returns to its nearest bound
+        prev = np.clip(seen["last_pg"], prob.pmin - prob.ramp, prob.pmax + prob.ramp)
+        grids = prob.step_grids(d, [t]) if prob.isf is not None else None
+        if grids is not None and grids[0] is None:
+            raise RuntimeError(f"rolling dispatch, day {d} step {t}: the scheduled outages island the grid")
+        k = min(horizon, params.max_steps - t)
+        load = np.concatenate([seen["load_mw"][None], forecast_bus_loads(seen["load_mw"], seen["forecast_mw"][:k - 1])])
+        for k in dict.fromkeys((k, max(1, k // 2), 1)):   # a forecast no schedule meets: a shorter horizon
+            ahead = None if grids is None else grids + [(*grids[0][:3], False)] * (k - 1)   # the grid as it is
+            sol, _ = prob.solve(load[:k], prev, ahead, where=f"rolling dispatch, day {d} step {t}: ")
+            if sol.ok:
+                break
+        if not sol.ok:  # no dispatch meets every limit: the least violating one of this interval
+            sol = solve_qp(*prob.build(load[:1], prev, soft_slack=slack, grids=grids))
+        if not sol.ok:
+            raise RuntimeError(f"rolling dispatch, day {d} step {t}: the solver returned {sol.status!r}")
+        return dispatch_action(params, jnp.asarray(sol.x[:prob.n_units], params.pmin.dtype),
+                               jnp.asarray(seen["last_pg"], params.pmin.dtype))
+
+    return play_decisions(env, params, range(prob.load.shape[0]) if days is None else days, decide, progress, record)
+
+
+def play_decisions(env, params, days, decide, progress=None, record=None):
+    """Each of `days` played from its start through `env` (with its safety layer when `Shielded`), every
+    interval's action chosen on the host by `decide(day, t, obs) -> action` (an optimiser's controller).
+    `record`, a list, receives each interval's (observation, action). Returns (returns [n], costs [n, C],
+    MWh the layer moved per day [n], mean seconds per decision)."""
+    import time
+
+    step = jax.jit(env.step_no_reset)
+    returns, costs, moved, seconds = [], [], [], []
+    for d in each_day(days, progress):
         obs, state = env.reset_to_day(jnp.int32(d), params)
         total, cost, mwh = 0.0, 0.0, 0.0
         for t in range(params.max_steps):
-            seen = {k: np.asarray(v, np.float64) for k, v in read(obs).items()}
-            # a slack that the last step left outside its range by more than a ramp returns to its nearest bound
-            prev = np.clip(seen["last_pg"], prob.pmin - prob.ramp, prob.pmax + prob.ramp)
-            grids = prob.step_grids(d, [t]) if prob.isf is not None else None
-            if grids is not None and grids[0] is None:
-                raise RuntimeError(f"rolling dispatch, day {d} step {t}: the scheduled outages island the grid")
-            k = min(horizon, params.max_steps - t)
-            load = np.concatenate([seen["load_mw"][None], forecast_bus_loads(seen["load_mw"], seen["forecast_mw"][:k - 1])])
             t0 = time.perf_counter()
-            for k in dict.fromkeys((k, max(1, k // 2), 1)):   # a forecast no schedule meets: a shorter horizon
-                ahead = None if grids is None else grids + [(*grids[0][:3], False)] * (k - 1)   # the grid as it is
-                sol, _ = prob.solve(load[:k], prev, ahead, where=f"rolling dispatch, day {d} step {t}: ")
-                if sol.ok:
-                    break
-            if not sol.ok:  # no dispatch meets every limit: the least violating one of this interval
-                sol = solve_qp(*prob.build(load[:1], prev, soft_slack=slack, grids=grids))
-            solve_s, solves = solve_s + time.perf_counter() - t0, solves + 1
-            if not sol.ok:
-                raise RuntimeError(f"rolling dispatch, day {d} step {t}: the solver returned {sol.status!r}")
-            action = dispatch_action(params, jnp.asarray(sol.x[:prob.n_units], params.pmin.dtype),
-                                     jnp.asarray(seen["last_pg"], params.pmin.dtype))
+            action = decide(d, t, obs)
+            seconds.append(time.perf_counter() - t0)
             if record is not None:
                 record.append((np.asarray(obs), np.asarray(action)))
             obs, state, reward, c, _, info = step(jax.random.key(t), state, action, params)
@@ -401,7 +413,7 @@ def rolling_policy(env, params, horizon: int = 1, days=None, progress=None, reco
         returns.append(total)
         costs.append(cost)
         moved.append(mwh)
-    return np.array(returns), np.array(costs), np.array(moved), solve_s / max(solves, 1)
+    return np.array(returns), np.array(costs), np.array(moved), float(np.mean(seconds)) if seconds else 0.0
 
 
 def _reference_report(env, params, task, progress) -> dict:
