@@ -127,8 +127,7 @@ def rolling_policy(env, params, days=None, progress=None, record=None):
 
     read = jax.jit(lambda obs: read_observation(obs, params))
 
-    def decide(d, t, obs):
-        seen = {k: g(v) for k, v in read(obs).items()}
+    def decide(d, t, seen):
         load_p, avail = seen["load_mw"][None], seen["avail_mw"][None]
         offset = np.zeros_like(load_p)
         for soft in (None, SOFT_BAND):
@@ -146,7 +145,7 @@ def rolling_policy(env, params, days=None, progress=None, record=None):
         raise RuntimeError(f"feeder rolling dispatch, day {d} step {t}: the solver returned {sol.status!r}")
 
     days = range(np.asarray(params.load_p).shape[0]) if days is None else days
-    return play_decisions(env, params, days, decide, progress, record)
+    return play_decisions(env, params, days, read, decide, progress, record)
 
 
 def _day_qp(params, d, offset):

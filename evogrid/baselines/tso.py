@@ -363,9 +363,9 @@ def rolling_policy(env, params, horizon: int = 1, days=None, progress=None, reco
     prob = _Problem(params)
     slack = int(np.argmax(np.asarray(params.slack)))
     read = jax.jit(lambda obs: read_observation(obs, params, layout))
+    to_action = jax.jit(lambda pg, last: dispatch_action(params, pg.astype(params.pmin.dtype), last.astype(params.pmin.dtype)))
 
-    def decide(d, t, obs):
-        seen = {k: np.asarray(v, np.float64) for k, v in read(obs).items()}
+    def decide(d, t, seen):
         # a slack that the last step left outside its range by more than a ramp returns to its nearest bound
         prev = np.clip(seen["last_pg"], prob.pmin - prob.ramp, prob.pmax + prob.ramp)
         grids = prob.step_grids(d, [t]) if prob.isf is not None else None
@@ -382,17 +382,18 @@ def rolling_policy(env, params, horizon: int = 1, days=None, progress=None, reco
             sol = solve_qp(*prob.build(load[:1], prev, soft_slack=slack, grids=grids))
         if not sol.ok:
             raise RuntimeError(f"rolling dispatch, day {d} step {t}: the solver returned {sol.status!r}")
-        return dispatch_action(params, jnp.asarray(sol.x[:prob.n_units], params.pmin.dtype),
-                               jnp.asarray(seen["last_pg"], params.pmin.dtype))
+        return to_action(np.asarray(sol.x[:prob.n_units]), seen["last_pg"])
 
-    return play_decisions(env, params, range(prob.load.shape[0]) if days is None else days, decide, progress, record)
+    days = range(prob.load.shape[0]) if days is None else days
+    return play_decisions(env, params, days, read, decide, progress, record)
 
 
-def play_decisions(env, params, days, decide, progress=None, record=None):
+def play_decisions(env, params, days, read, decide, progress=None, record=None):
     """Each of `days` played from its start through `env` (with its safety layer when `Shielded`), every
-    interval's action chosen on the host by `decide(day, t, obs) -> action` (an optimiser's controller).
-    `record`, a list, receives each interval's (observation, action). Returns (returns [n], costs [n, C],
-    MWh the layer moved per day [n], mean seconds per decision)."""
+    interval's action chosen on the host by `decide(day, t, seen) -> action` (an optimiser's controller)
+    from what it observes, `seen` = `read(obs)` as float64 NumPy arrays. `record`, a list, receives each
+    interval's (observation, action). Returns (returns [n], costs [n, C], MWh the layer moved per day [n],
+    mean seconds per decision: `decide` alone, after the first, which also compiles its jitted helpers)."""
     import time
 
     step = jax.jit(env.step_no_reset)
@@ -401,8 +402,9 @@ def play_decisions(env, params, days, decide, progress=None, record=None):
         obs, state = env.reset_to_day(jnp.int32(d), params)
         total, cost, mwh = 0.0, 0.0, 0.0
         for t in range(params.max_steps):
+            seen = {k: np.asarray(v, np.float64) for k, v in read(obs).items()}
             t0 = time.perf_counter()
-            action = decide(d, t, obs)
+            action = decide(d, t, seen)
             seconds.append(time.perf_counter() - t0)
             if record is not None:
                 record.append((np.asarray(obs), np.asarray(action)))
@@ -413,7 +415,8 @@ def play_decisions(env, params, days, decide, progress=None, record=None):
         returns.append(total)
         costs.append(cost)
         moved.append(mwh)
-    return np.array(returns), np.array(costs), np.array(moved), float(np.mean(seconds)) if seconds else 0.0
+    timed = seconds[1:] or seconds   # the first decision also compiles the controller's jitted helpers
+    return np.array(returns), np.array(costs), np.array(moved), float(np.mean(timed)) if timed else 0.0
 
 
 def _reference_report(env, params, task, progress) -> dict:
