@@ -20,22 +20,13 @@ import logging
 
 import jax
 
-from evogrid.baselines.operators import mpc_name
+from evogrid.baselines.operators import rolling_mpc
 from evogrid.bench import decision_seconds
 from evogrid.envs import make
 from evogrid.networks import flat_init, make_vmap_mlp
 from evogrid.safety import shield
 
 TASKS = ("tso-case5", "tso-case14", "tso-case118", "dso-case33bw")
-
-
-def mpc_seconds(env, params, days: int) -> float:
-    from evogrid.baselines import feeder, tso
-    from evogrid.envs.trans import observation_layout
-
-    if mpc_name(env, params) == "rolling DC-OPF":
-        return tso.rolling_policy(env, params, 1 + observation_layout(params)[0], range(days))[3]
-    return feeder.rolling_policy(env, params, range(days))[3]
 
 
 def main() -> None:
@@ -59,7 +50,7 @@ def main() -> None:
             return model.apply(weights, obs)
 
         obs = env.reset_to_day(0, params)[0]
-        mpc = mpc_seconds(safe, params, args.days)
+        mpc = rolling_mpc(safe, params, range(args.days))[3]
         rows = [("policy", decision_seconds(env, policy, obs)), ("policy + layer", decision_seconds(safe, policy, obs)),
                 ("MPC", mpc)]
         for name, seconds in rows:

@@ -30,6 +30,7 @@ as infeasible, never as a number, and left out of gaps. Everything is solved in 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import sys
@@ -122,9 +123,9 @@ def demonstrations(env, params, days) -> tuple[np.ndarray, np.ndarray]:
             return f["obs"], f["actions"]
     obs, actions = play(env, params, days, _progress("the operator's MPC to imitate"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npz")
-    np.savez(tmp, obs=obs, actions=actions)
-    os.replace(tmp, path)
+    buffer = io.BytesIO()
+    np.savez(buffer, obs=obs, actions=actions)
+    atomic_write(path, buffer.getvalue())
     return obs, actions
 
 

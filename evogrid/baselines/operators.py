@@ -58,52 +58,52 @@ def operator_policies(env, params, progress=None) -> dict:
                 return tso.setpoint_action(params, seen["last_pg"], seen["last_pg"], vm)
 
             record("persistence", *day_figures(played, params, hold))
-            if params.ac:   # the optimising baselines are DC-OPFs
-                continue
-            for name, horizon in (("myopic", 1), ("mpc", 1 + layout[0])):
-                returns, costs, moved, seconds = tso.rolling_policy(
-                    played, params, horizon, progress=progress and progress(f"{name}{tag} policy"))
-                record(name, returns, costs, moved, seconds)
-        elif type(env) is DistGridEnv:
-            returns, costs, moved, seconds = feeder.rolling_policy(
-                played, params, progress=progress and progress(f"mpc{tag} policy"))
-            record("mpc", returns, costs, moved, seconds)
-        else:
+            if not params.ac:   # the optimising baselines are DC-OPFs
+                record("myopic", *tso.rolling_policy(played, params, 1, progress=progress and progress(f"myopic{tag} policy")))
+        elif type(env) is not DistGridEnv:
             raise ValueError(f"no operator baselines for {type(env).__name__}")
+        if has_mpc(env, params):
+            record("mpc", *rolling_mpc(played, params, progress=progress and progress(f"mpc{tag} policy")))
     return out
 
 
-def mpc_name(env, params) -> str | None:
-    """The operator's MPC of the env's task ("rolling DC-OPF" on DC transmission tasks, "rolling LinDistFlow
-    dispatch" on dso feeders without batteries), or None where it has none (AC, DERs, dcmg, markets)."""
-    from evogrid.envs.dist import DistGridEnv
-    from evogrid.envs.trans import TransGridEnv
+def _unshielded(env):
     from evogrid.safety import Shielded
 
-    inner = env.env if isinstance(env, Shielded) else env
-    if type(inner) is TransGridEnv and not params.ac:
-        return "rolling DC-OPF"
-    if type(inner) is DistGridEnv and not hasattr(params, "battery"):
-        return "rolling LinDistFlow dispatch"
-    return None
+    return env.env if isinstance(env, Shielded) else env
+
+
+def has_mpc(env, params) -> bool:
+    """Whether the env's task has the operator's MPC (`rolling_mpc`): the DC transmission tasks and the dso
+    feeders (not the AC tasks, DERs, dcmg or the markets)."""
+    from evogrid.envs.dist import DistGridEnv
+    from evogrid.envs.trans import TransGridEnv
+
+    inner = _unshielded(env)
+    return (type(inner) is TransGridEnv and not params.ac) or (type(inner) is DistGridEnv and not hasattr(params, "battery"))
+
+
+def rolling_mpc(env, params, days=None, progress=None, record=None):
+    """The task's MPC played on `days` (default: every day of `params`) through `env`: on DC transmission tasks
+    the rolling DC-OPF over the observation's whole forecast (`tso.rolling_policy`), on dso the rolling
+    LinDistFlow dispatch (`feeder.rolling_policy`); their figures and `record` as they return them. A ValueError
+    on a task with no MPC (`has_mpc`)."""
+    from evogrid.envs.trans import TransGridEnv, observation_layout
+
+    if not has_mpc(env, params):
+        raise ValueError("no operator MPC on this task: it exists on the DC transmission tasks (tso-caseN, -n1) "
+                         "and dso-case33bw")
+    if type(_unshielded(env)) is TransGridEnv:
+        return tso.rolling_policy(env, params, 1 + observation_layout(params)[0], days, progress, record)
+    return feeder.rolling_policy(env, params, days, progress, record)
 
 
 def demonstrations(env, params, days=None, progress=None):
     """(observations [N, obs_dim], actions [N, act_dim]) float32: every interval of `days` (default: every day
-    of `params`) as the
-    operator's MPC plays it (the rolling DC-OPF on the observation's forecast on DC transmission tasks, the
-    rolling LinDistFlow dispatch on dso), through `env` (with its safety layer when `Shielded`; the action
-    recorded is the MPC's own, before the layer). What a policy imitates to start from the operator's
-    decisions (`ECConfig.init = "operator"`). A ValueError on a task with no MPC."""
-    from evogrid.envs.trans import observation_layout
-
-    record, which = [], mpc_name(env, params)
-    if which == "rolling DC-OPF":
-        tso.rolling_policy(env, params, 1 + observation_layout(params)[0], days, progress, record)
-    elif which == "rolling LinDistFlow dispatch":
-        feeder.rolling_policy(env, params, days, progress, record)
-    else:
-        raise ValueError("no operator MPC to imitate on this task: it exists on the DC transmission tasks "
-                         "(tso-caseN, -n1) and dso-case33bw")
+    of `params`) as the operator's MPC plays it (`rolling_mpc`) through `env` (with its safety layer when
+    `Shielded`; the action recorded is the MPC's own, before the layer). What a policy imitates to start from
+    the operator's decisions (`ECConfig.init = "operator"`). A ValueError on a task with no MPC."""
+    record = []
+    rolling_mpc(env, params, days, progress, record)
     obs, actions = (np.stack(x).astype(np.float32) for x in zip(*record))
     return obs, actions

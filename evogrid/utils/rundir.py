@@ -23,10 +23,10 @@ from pathlib import Path
 RUN_MARKERS = ("config.json", "metrics.jsonl", "checkpoints")
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Replace `path` by `text` at once: a reader (another process too) sees the old file or the new one."""
+def atomic_write(path: Path, text: str | bytes) -> None:
+    """Replace `path` by `text` (or bytes) at once: a reader (another process too) sees the old file or the new one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")   # one per writer: two processes may write one cache
-    tmp.write_text(text)
+    tmp.write_bytes(text) if isinstance(text, bytes) else tmp.write_text(text)
     os.replace(tmp, path)
 
 

@@ -118,10 +118,11 @@ class ECWorkflow(Workflow):
         self.num_params = flat.shape[0]
         self.strategy = self.make_strategy(flat)
         self.episodes = TrainingWrapper(self.env, config.episodes_per_individual, config.vmap_step)
+        self._demos = None   # the MPC's (observations, actions) for init="operator", made when first needed
         if config.init == "operator":
-            from evogrid.baselines.operators import mpc_name
+            from evogrid.baselines.operators import has_mpc
 
-            if mpc_name(self.env, self.env_params) is None:
+            if not has_mpc(self.env, self.env_params):
                 raise ValueError(f"init='operator' fits the policy to the operator's MPC, which {config.task} does not "
                                  "have (DC transmission tasks and dso-case33bw do); use init='random'")
 
@@ -164,7 +165,7 @@ class ECWorkflow(Workflow):
     def demonstrations(self):
         """(observations [N, obs_dim], actions [N, act_dim]) of the operator's MPC on the first `init_days`
         training days (cached on the workflow and on disk: a resumed or evaluated run does not solve them again)."""
-        if getattr(self, "_demos", None) is None:
+        if self._demos is None:
             from evogrid.baselines import demonstrations
 
             days = range(min(self.config.init_days, self.env.num_days(self.env_params)))
