@@ -413,20 +413,24 @@ def test_socp_rows_hold_at_the_env_ac_state_and_the_bound_is_below_a_feasible_da
 
 @pytest.mark.slow
 def test_ac_operator_baselines_with_and_without_the_voltage_schedule():
-    """tso-case14-ac, 4 test days of 12 steps (float64): the zero policy and persistence, each with and
-    without the voltage schedule. Persistence holds the start of day's voltages (the case's set-points,
-    at the top of the band), which leaves the band at light load; with the layer every day meets every
-    limit. No optimiser decides (no decision time)."""
+    """tso-case14-ac, 4 test days of 12 steps (float64): the zero policy, persistence and the rolling DC-OPF
+    (its loads raised by the observed losses), each with and without the voltage schedule. Persistence holds
+    the start of day's voltages (the case's set-points, at the top of the band), which leaves the band at
+    light load; with the layer every day meets every limit, and the MPC's dispatch costs less than holding
+    the outputs or the middle of the window. Only the MPC's optimiser decides (a decision time)."""
     from evogrid.baselines.operators import operator_policies
 
     with jax.enable_x64(True):
         env, params = make("tso-case14-ac", max_steps=12, n_days=4, split="test")
         out = operator_policies(env, params)
-    assert sorted(out) == ["persistence", "persistence+layer", "zero", "zero+layer"]
-    assert all(v["decision_s"] is None and len(v["return"]) == params.load_p.shape[0] for v in out.values())
+    assert sorted(out) == ["mpc", "mpc+layer", "persistence", "persistence+layer", "zero", "zero+layer"]
+    assert all((v["decision_s"] is None) == (not k.startswith("mpc")) and len(v["return"]) == params.load_p.shape[0]
+               for k, v in out.items())
     assert max(out["persistence"]["violation"]) > 1e-4
-    for name in ("zero", "persistence"):
+    for name in ("zero", "persistence", "mpc"):
         assert max(out[name + "+layer"]["violation"]) <= 1e-6, (name, out[name + "+layer"]["violation"])
+    mean = {k: np.mean(v["return"]) for k, v in out.items()}
+    assert mean["mpc+layer"] > max(mean["persistence+layer"], mean["zero+layer"]), mean
 
 
 def test_myopic_policy_recovers_after_a_step_beyond_capacity():

@@ -4,7 +4,8 @@ On the DC transmission tasks: the zero policy (every unit at the middle of its r
 (every unit holds its last output; the automatic generation control follows the load), the myopic
 one-step DC-OPF and the rolling-horizon DC-OPF (MPC) on the forecast the observation carries, re-solved
 every interval (`tso.rolling_policy`). On the AC transmission tasks: the zero policy (mid-window dispatch,
-mid-band voltages) and persistence (the last outputs and voltages held). On dso: the zero policy (no control)
+mid-band voltages), persistence (the last outputs and voltages held) and the same rolling DC-OPF, its loads
+raised by the losses' share it observes, the voltages held. On dso: the zero policy (no control)
 and the rolling dispatch of the feeder (`feeder.rolling_policy`: each interval's LinDistFlow QP at the
 observed loads). Each is judged as a learned policy is: every test day from its start, return, summed
 cost channels, and the MWh the layer moved.
@@ -74,24 +75,24 @@ def _unshielded(env):
 
 
 def has_mpc(env, params) -> bool:
-    """Whether the env's task has the operator's MPC (`rolling_mpc`): the DC transmission tasks and the dso
-    feeders (not the AC tasks, DERs, dcmg or the markets)."""
+    """Whether the env's task has the operator's MPC (`rolling_mpc`): the transmission tasks and the dso
+    feeders (not DERs, dcmg or the markets)."""
     from evogrid.envs.dist import DistGridEnv
     from evogrid.envs.trans import TransGridEnv
 
     inner = _unshielded(env)
-    return (type(inner) is TransGridEnv and not params.ac) or (type(inner) is DistGridEnv and not hasattr(params, "battery"))
+    return type(inner) is TransGridEnv or (type(inner) is DistGridEnv and not hasattr(params, "battery"))
 
 
 def rolling_mpc(env, params, days=None, progress=None, record=None):
     """The task's MPC played on `days` (default: every day of `params`) through `env`: on DC transmission tasks
-    the rolling DC-OPF over the observation's whole forecast (`tso.rolling_policy`), on dso the rolling
+    (AC ones too) the rolling DC-OPF over the observation's whole forecast (`tso.rolling_policy`), on dso the rolling
     LinDistFlow dispatch (`feeder.rolling_policy`); their figures and `record` as they return them. A ValueError
     on a task with no MPC (`has_mpc`)."""
     from evogrid.envs.trans import TransGridEnv, observation_layout
 
     if not has_mpc(env, params):
-        raise ValueError("no operator MPC on this task: it exists on the DC transmission tasks (tso-caseN, -n1) "
+        raise ValueError("no operator MPC on this task: it exists on the transmission tasks (tso-caseN, -n1, -ac) "
                          "and dso-case33bw")
     if type(_unshielded(env)) is TransGridEnv:
         return tso.rolling_policy(env, params, 1 + observation_layout(params)[0], days, progress, record)

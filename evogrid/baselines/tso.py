@@ -34,6 +34,7 @@ from evogrid.envs.trans import dispatch_action
 N1_TOL = 1e-6  # MW a post-contingency flow may exceed its limit before a row is added
 SOFT = 1e3  # penalty per MW of violation in the myopic policy's fall-back (reward units per MW per step)
 BINDING = 1e-4  # relative closeness to a limit that counts as binding
+AC_RATING_AIM = 0.97  # AC tasks: share of each MVA rating the rolling DC-OPF holds its MW flows to (reactive flows)
 
 
 @dataclass
@@ -351,7 +352,11 @@ def rolling_policy(env, params, horizon: int = 1, days=None, progress=None, reco
     interval's dispatch; where the forecast has no schedule within every limit, it solves half the horizon,
     then the interval alone. `horizon=1` is the myopic policy. On -n1 tasks it solves on the grid as it is, N-1
     secure, by the same constraint generation; where no dispatch meets every limit it takes the least
-    violating one of the first interval alone. `env` may be `Shielded` (the action then passes through
+    violating one of the first interval alone. On AC tasks (an operator's DC market dispatch) every interval's
+loads are raised by the share of the load the units' last outputs carried beyond the loads they met (the
+losses, as observed), the MW flows held to AC_RATING_AIM of the MVA ratings, and the voltage-controlled
+buses asked to hold their last |V|: the voltages are the voltage schedule's (`evogrid.safety`) to correct.
+`env` may be `Shielded` (the action then passes through
     the safety layer). `record`, a list, receives each interval's (observation, action). Returns (returns [n],
     costs [n, C], MWh the layer moved per day [n], mean seconds per decision)."""
     from evogrid.envs.trans import forecast_bus_loads, observation_layout, read_observation
@@ -360,10 +365,13 @@ def rolling_policy(env, params, horizon: int = 1, days=None, progress=None, reco
     if not isinstance(horizon, int) or not 1 <= horizon <= 1 + layout[0]:
         raise ValueError(f"horizon must be an integer in [1, {1 + layout[0]}]: the interval itself and the "
                          f"{layout[0]} the observation forecasts, got {horizon!r}")
-    prob = _Problem(params)
+    prob = _Problem(params.replace(ac=False, rate=params.rate * AC_RATING_AIM) if params.ac else params)
     slack = int(np.argmax(np.asarray(params.slack)))
     read = jax.jit(lambda obs: read_observation(obs, params, layout))
-    to_action = jax.jit(lambda pg, last: dispatch_action(params, pg.astype(params.pmin.dtype), last.astype(params.pmin.dtype)))
+    dtype = params.pmin.dtype
+    to_action = jax.jit(lambda pg, last, vm: setpoint_action(params, pg.astype(dtype), last.astype(dtype),
+                                                           vm.astype(dtype) if params.voltage_control else None))
+    seen_load = {}   # AC tasks: the loads of the interval just past, whose losses the last outputs carried
 
     def decide(d, t, seen):
         # a slack that the last step left outside its range by more than a ramp returns to its nearest bound
@@ -373,6 +381,10 @@ def rolling_policy(env, params, horizon: int = 1, days=None, progress=None, reco
             raise RuntimeError(f"rolling dispatch, day {d} step {t}: the scheduled outages island the grid")
         k = min(horizon, params.max_steps - t)
         load = np.concatenate([seen["load_mw"][None], forecast_bus_loads(seen["load_mw"], seen["forecast_mw"][:k - 1])])
+        if params.ac:   # the losses' share of the load, as the last interval carried it, added to every interval's
+            before = seen_load.get(d, seen["load_mw"]).sum()
+            load = load * (1.0 + (seen["last_pg"].sum() - prob.shunt - before) / before)
+            seen_load[d] = seen["load_mw"]
         for k in dict.fromkeys((k, max(1, k // 2), 1)):   # a forecast no schedule meets: a shorter horizon
             ahead = None if grids is None else grids + [(*grids[0][:3], False)] * (k - 1)   # the grid as it is
             sol, _ = prob.solve(load[:k], prev, ahead, where=f"rolling dispatch, day {d} step {t}: ")
@@ -382,7 +394,8 @@ def rolling_policy(env, params, horizon: int = 1, days=None, progress=None, reco
             sol = solve_qp(*prob.build(load[:1], prev, soft_slack=slack, grids=grids))
         if not sol.ok:
             raise RuntimeError(f"rolling dispatch, day {d} step {t}: the solver returned {sol.status!r}")
-        return to_action(np.asarray(sol.x[:prob.n_units]), seen["last_pg"])
+        vm = np.asarray(params.vbus_incidence) @ seen["vm"] if params.voltage_control else np.zeros(0)
+        return to_action(np.asarray(sol.x[:prob.n_units]), seen["last_pg"], vm)
 
     days = range(prob.load.shape[0]) if days is None else days
     return play_decisions(env, params, days, read, decide, progress, record)

@@ -124,7 +124,7 @@ class ECWorkflow(Workflow):
 
             if not has_mpc(self.env, self.env_params):
                 raise ValueError(f"init='operator' fits the policy to the operator's MPC, which {config.task} does not "
-                                 "have (DC transmission tasks and dso-case33bw do); use init='random'")
+                                 "have (the transmission tasks and dso-case33bw do); use init='random'")
 
     # --- hooks ---------------------------------------------------------------------------
     info_sums: tuple[str, ...] = ()   # per-step info entries each individual's episodes also sum (`rollout`)
