@@ -130,6 +130,38 @@ def test_bad_actions(task):
     assert np.all(np.isfinite(np.asarray(out_bad[0])))
 
 
+def _matrix_products(jaxpr):
+    """Every dot_general of a (closed) jaxpr, in its sub-jaxprs (loops, branches, calls) too."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            yield eqn
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
+                    yield from _matrix_products(sub)
+
+
+def test_physics_runs_at_full_float32_precision(task):
+    """Every matrix product of a reset and a step (the safety layer's too, where the task has one) asks for
+    HIGHEST precision: a GPU's TF32 default would leave the power flows short of their tolerance. The
+    policy's products, outside the env, keep the default."""
+    from evogrid.safety import shield
+
+    name, env, params, n_act, *_ = task
+    envs = [env] + ([shield(env, params)] if name in ("tso-case5", "tso-case14-ac", "dso-case33bw") else [])
+    for e in envs:
+        obs, state = e.reset(jax.random.key(0), params)
+        programs = [jax.make_jaxpr(lambda k: e.reset(k, params))(jax.random.key(0)),
+                    jax.make_jaxpr(lambda s, a: e.step(jax.random.key(1), s, a, params))(state, jnp.zeros(n_act))]
+        products = [eqn for p in programs for eqn in _matrix_products(p)]
+        assert products or name.startswith("dcmg"), name   # dcmg has no network
+        loose = [eqn for eqn in products if eqn.params["precision"] != (jax.lax.Precision.HIGHEST,) * 2]
+        assert not loose, (name, type(e).__name__, len(loose), len(products))
+    policy = jax.make_jaxpr(lambda x, w: jnp.tanh(x @ w))(obs, jnp.ones((obs.shape[0], 2)))
+    assert all(eqn.params["precision"] is None for eqn in _matrix_products(policy))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["tso-case9", "tso-case30", "tso-case57", "tso-case118"])
 def test_every_transmission_case_steps_under_jit(name):

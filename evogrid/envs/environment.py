@@ -3,8 +3,16 @@
 Subclasses write two pure functions, `reset_env(key, params) -> (obs, state)`
 and `step_env(key, state, action, params) -> (obs, state, reward, costs, done, info)`,
 plus the spaces and `constraint_names`.
+
+Every env's physics is traced with float32 matrix products at full precision: the base class wraps each
+subclass's `reset_env`, `reset_to_day`, `step_env` and `grid_view` in `jax.default_matmul_precision("highest")`
+(`FULL_PRECISION`). On GPUs JAX's default runs float32 products in TF32 (a 10-bit mantissa): a power flow's
+injections and mismatches then carry errors of 1e-3 relative, Newton cannot reach its tolerance and every
+AC step reports `ac_diverged`. A policy's own layers (outside the env) keep the fast default.
 """
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +35,17 @@ class EnvParams:
     forecast: jnp.ndarray = None
 
 
+FULL_PRECISION = ("reset_env", "reset_to_day", "step_env", "grid_view")   # traced at full float32 precision
+
+
+def _full_precision(method):
+    @functools.wraps(method)
+    def traced(*args, **kwargs):
+        with jax.default_matmul_precision("highest"):
+            return method(*args, **kwargs)
+    return traced
+
+
 class Environment:
     """Base class. Instances are hashed by identity (they are static under jit): build once, reuse.
 
@@ -34,6 +53,12 @@ class Environment:
     such envs stop once every episode of a batch has ended. The grid tasks run to their horizon."""
 
     ends_early = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in FULL_PRECISION:   # the physics at full float32 precision on every backend (module docstring)
+            if name in cls.__dict__:
+                setattr(cls, name, _full_precision(cls.__dict__[name]))
 
     def time_obs(self, state, params: EnvParams) -> jnp.ndarray:
         """The observation's tail on every grid task: time of day and progress (3), then the noisy forecast
