@@ -300,6 +300,35 @@ def test_dso_rolling_dispatch_matches_the_oracle_where_it_solves():
             feeder.rolling_policy(ders, ders_params)
 
 
+def test_perturbed_demonstrations_are_situations_the_env_can_produce_labelled_by_the_mpc():
+    """dso (`init_augment`): a perturbed copy of a demonstrated interval changes only the loads and PV power
+    (bus loads by their own factors, PV within its rating), is the observation the env gives on a day with those
+    loads, and its label is the MPC's decision on that day; seeded. Tasks whose MPC plans over a forecast refuse."""
+    from evogrid.baselines import feeder, operators
+
+    env, params = make("dso-case33bw", max_steps=3, n_days=1)
+    obs, actions = operators.demonstrations(env, params, augment=2)
+    n, n_bus, n_pv = params.max_steps, params.load_p.shape[-1], params.pv_avail.shape[-1]
+    real, copies = obs[:n], obs[n:].reshape(2, n, -1)
+    assert obs.shape == (3 * n, env.observation_space(params).shape[0]) and actions.shape[0] == 3 * n
+    keep = np.r_[0:n_bus, 2 * n_bus + n_pv:obs.shape[1]]
+    np.testing.assert_array_equal(copies[..., keep], np.broadcast_to(real[:, keep], copies[..., keep].shape))
+    loaded = real[0, n_bus:2 * n_bus] > 0
+    ratio = np.log(copies[..., n_bus:2 * n_bus][..., loaded] / real[:, n_bus:2 * n_bus][:, loaded])
+    assert 0.05 < ratio.std(-1).mean() < 0.2 and np.all(copies[..., 2 * n_bus:2 * n_bus + n_pv] <= 1.0)
+    np.testing.assert_array_equal(feeder.perturbed_demonstrations(params, real, 2)[1], actions[n:])   # seeded
+    copy = copies[1, 1]   # the second copy of the second interval (the first's observation is cached in the params)
+    loads = params.load_p.at[0, 1].set(copy[n_bus:2 * n_bus] * params.base_mva)
+    day = params.replace(load_p=loads, pv_avail=params.pv_avail.at[0, 1].set(copy[2 * n_bus:2 * n_bus + n_pv]))
+    record = []
+    feeder.rolling_policy(env, day, days=[0], record=record)
+    np.testing.assert_allclose(record[1][0], copy, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(record[1][1], actions[2 * n + 1], atol=1e-6)
+    tso_env, tso_params = make("tso-case5", max_steps=2, n_days=1)
+    with pytest.raises(ValueError, match="init_augment.*one observation alone: dso-case33bw"):
+        operators.demonstrations(tso_env, tso_params, augment=1)
+
+
 @pytest.mark.slow
 def test_ders_schedule_uses_the_batteries_and_replays_feasible():
     """ders-case141 (float64), one test day: the multi-period schedule (batteries, tariff) replays with every

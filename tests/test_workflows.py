@@ -97,6 +97,10 @@ def test_bad_configs():
         ECWorkflow(ECConfig(task="tso-case6"))
     with pytest.raises(ValueError, match="init='operator' .* dcmg does not have .*use init='random'"):
         ECWorkflow(ECConfig(task="dcmg", init="operator"))
+    with pytest.raises(ValueError, match="init_augment .* dso tasks only .* init='operator' on tso-case5"):
+        ECWorkflow(ECConfig(task="tso-case5", init="operator", init_augment=2))
+    with pytest.raises(ValueError, match="init_augment .* init='random' on dso-case33bw"):
+        ECWorkflow(ECConfig(task="dso-case33bw", init_augment=2))
 
 
 def test_operator_init_starts_from_the_mpcs_decisions(short_task):

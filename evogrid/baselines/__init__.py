@@ -106,22 +106,24 @@ def baseline(task: str, split: str = "test", refresh: bool = False, operators: b
     return report
 
 
-def demonstrations(env, params, days) -> tuple[np.ndarray, np.ndarray]:
-    """`operators.demonstrations` (the operator's MPC's observations and actions) on `days` of `params`, cached
-    on disk (.npz, keyed by the params' leaves, the days and whether `env` carries a safety layer), with
-    per-day progress on stderr."""
+def demonstrations(env, params, days, augment: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """`operators.demonstrations` (the operator's MPC's observations and actions on `days` of `params`, with
+    `augment` perturbed copies of each), cached on disk (.npz, keyed by the params' leaves, the days, the
+    copies and whether `env` carries a safety layer), with per-day progress on stderr."""
     from evogrid.baselines.operators import demonstrations as play
     from evogrid.safety import Shielded
 
     days = list(days)
     layer = type(env.layer).__name__ if isinstance(env, Shielded) else "raw"
     tag = hashlib.sha256(str(days).encode()).hexdigest()[:8]
-    path = _cache_path(f"demonstrations-{layer}-{len(days)}days-{tag}", "mpc", params, observed=True)
+    copies = f"-{augment}copies" if augment else ""
+    path = _cache_path(f"demonstrations-{layer}-{len(days)}days{copies}-{tag}", "mpc", params, observed=True)
     path = path.with_suffix(".npz")
     if path.is_file():
         with np.load(path, allow_pickle=False) as f:
             return f["obs"], f["actions"]
-    obs, actions = play(env, params, days, _progress("the operator's MPC to imitate"))
+    obs, actions = play(env, params, days, _progress("the operator's MPC to imitate"), augment,
+                        _progress(f"the operator's MPC on {augment} perturbed copies"))
     path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     np.savez(buffer, obs=obs, actions=actions)

@@ -102,17 +102,28 @@ SOFT_BAND = 1e6       # $ per p.u. of |V|^2 outside the band, per interval: the 
 
 def rolling_policy(env, params, days=None, progress=None, record=None):
     """Replayed figures of the operator's rolling dispatch of a DSO feeder (model-predictive control): every
-    interval it solves that interval's LinDistFlow QP (`_schedule_qp`) at the bus loads and PV power it
-    observes (reactive loads at each bus's power factor), corrects the linear voltages by its own sweep
-    power flow of that schedule, warm-started from the observed |V| (`ROUNDS` rounds, as the oracle corrects
-    by the env), and applies the schedule. The feeder's intervals do not couple (no storage, no energy
-    price), so the interval alone is the horizon: a forecast would add nothing. Where no schedule keeps
-    every bus within its band in the linear model, it takes the least violating one (`SOFT_BAND`). `env` may
-    be `Shielded` (the action then passes through the safety layer). `record`, a list, receives each
+    interval's action is `mpc_decision`'s on what the controller observes. The feeder's intervals do not couple
+    (no storage, no energy price), so the interval alone is the horizon: a forecast would add nothing. `env`
+    may be `Shielded` (the action then passes through the safety layer). `record`, a list, receives each
     interval's (observation, action). Returns (returns [n], costs [n, C], MWh the layer moved per day [n],
     mean seconds per decision)."""
     from evogrid.baselines.tso import play_decisions
-    from evogrid.envs.dist import decode_controls, feeder_flow, read_observation
+    from evogrid.envs.dist import read_observation
+
+    decide = mpc_decision(params)
+    read = jax.jit(lambda obs: read_observation(obs, params))
+    days = range(np.asarray(params.load_p).shape[0]) if days is None else days
+    return play_decisions(env, params, days, read, lambda d, t, seen: decide(seen), progress, record)
+
+
+def mpc_decision(params):
+    """The operator's decision on a DSO feeder, `decide(seen) -> action`, from what one observation says
+    (`seen` = `read_observation(obs)` as float64 arrays): that interval's LinDistFlow QP (`_schedule_qp`) at
+    the bus loads and PV power it observes (reactive loads at each bus's power factor), its linear voltages
+    corrected by its own sweep power flow of the schedule, warm-started from the observed |V| (`ROUNDS` rounds,
+    as the oracle corrects by the env). Where no schedule keeps every bus within its band in the linear model,
+    the least violating one (`SOFT_BAND`)."""
+    from evogrid.envs.dist import decode_controls, feeder_flow
 
     if hasattr(params, "battery"):
         raise ValueError("the feeder's rolling dispatch plans one interval at a time: it has no plan for batteries "
@@ -125,9 +136,7 @@ def rolling_policy(env, params, days=None, progress=None, record=None):
         controls = decode_controls(action, load_p, avail, params)
         return feeder_flow(load_p, load_p * params.q_ratio, avail, vm.astype(params.net.z.dtype), controls, params)[0]["vm"]
 
-    read = jax.jit(lambda obs: read_observation(obs, params))
-
-    def decide(d, t, seen):
+    def decide(seen):
         load_p, avail = seen["load_mw"][None], seen["avail_mw"][None]
         offset = np.zeros_like(load_p)
         for soft in (None, SOFT_BAND):
@@ -142,10 +151,42 @@ def rolling_policy(env, params, days=None, progress=None, record=None):
             if sol.ok:
                 return action
             offset = np.zeros_like(load_p)
-        raise RuntimeError(f"feeder rolling dispatch, day {d} step {t}: the solver returned {sol.status!r}")
+        raise RuntimeError(f"feeder rolling dispatch: the solver returned {sol.status!r}")
 
-    days = range(np.asarray(params.load_p).shape[0]) if days is None else days
-    return play_decisions(env, params, days, read, decide, progress, record)
+    return decide
+
+
+LOAD_SPREAD = 0.10     # log-normal spread of one bus's load in a perturbed observation (`perturbed_demonstrations`)
+FEEDER_SPREAD = 0.15   # ... of the whole feeder's load and PV power, the day-to-day spread the profiles show
+
+
+def perturbed_demonstrations(params, obs, copies: int, seed: int = 0, progress=None):
+    """(observations [copies * N, obs_dim], actions [copies * N, n_act]) float32: `copies` perturbed copies of
+    every feeder observation in `obs` [N, obs_dim] (whole days of `params.max_steps` intervals, as
+    `demonstrations` records them), each labelled by the operator's decision on it (`mpc_decision`). A copy
+    scales every bus load by its own log-normal factor (spread `LOAD_SPREAD`) times one for the whole feeder
+    (`FEEDER_SPREAD`), and the PV power available by the feeder's factor, within the ratings; the |V| and the
+    time features stay. The intervals do not couple, so a perturbed observation is a situation the operator
+    could meet and its decision a true label: inputs the training days do not hold, for a fit that
+    generalises beyond them (`ECConfig.init_augment`). Seeded; `progress(done, total)` after each day."""
+    from evogrid.baselines.tso import each_day
+    from evogrid.envs.dist import read_observation
+
+    obs = np.asarray(obs, np.float64)
+    n_bus, n_pv, steps = params.flex_incidence.shape[-1], params.pv_incidence.shape[0], params.max_steps
+    load, pv = slice(n_bus, 2 * n_bus), slice(2 * n_bus, 2 * n_bus + n_pv)
+    decide, rng = mpc_decision(params), np.random.default_rng(seed)
+    read = jax.jit(jax.vmap(lambda o: read_observation(o, params)))
+    out_obs, out_actions = [], []
+    for d in each_day(range(len(obs) // steps), progress):
+        day = np.repeat(obs[d * steps:(d + 1) * steps][None], copies, 0).reshape(copies * steps, -1)
+        feeder = FEEDER_SPREAD * rng.standard_normal((len(day), 1))
+        day[:, load] *= np.exp(feeder + LOAD_SPREAD * rng.standard_normal((len(day), n_bus)))
+        day[:, pv] = np.clip(day[:, pv] * np.exp(feeder), 0.0, 1.0)
+        seen = {k: np.asarray(v, np.float64) for k, v in read(jnp.asarray(day, params.load_p.dtype)).items()}
+        out_obs.append(day)
+        out_actions += [np.asarray(decide({k: v[i] for k, v in seen.items()})) for i in range(len(day))]
+    return np.concatenate(out_obs).astype(np.float32), np.stack(out_actions).astype(np.float32)
 
 
 def _day_qp(params, d, offset):

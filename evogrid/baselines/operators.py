@@ -84,6 +84,14 @@ def has_mpc(env, params) -> bool:
     return type(inner) is TransGridEnv or (type(inner) is DistGridEnv and not hasattr(params, "battery"))
 
 
+def decides_per_observation(env, params) -> bool:
+    """Whether the task's MPC decides from one observation alone (dso: the intervals do not couple), so that
+    it can label observations no day played (`demonstrations(augment=...)`)."""
+    from evogrid.envs.dist import DistGridEnv
+
+    return type(_unshielded(env)) is DistGridEnv and has_mpc(env, params)
+
+
 def rolling_mpc(env, params, days=None, progress=None, record=None):
     """The task's MPC played on `days` (default: every day of `params`) through `env`: on DC transmission tasks
     (AC ones too) the rolling DC-OPF over the observation's whole forecast (`tso.rolling_policy`), on dso the rolling
@@ -99,12 +107,20 @@ def rolling_mpc(env, params, days=None, progress=None, record=None):
     return feeder.rolling_policy(env, params, days, progress, record)
 
 
-def demonstrations(env, params, days=None, progress=None):
+def demonstrations(env, params, days=None, progress=None, augment: int = 0, augment_progress=None):
     """(observations [N, obs_dim], actions [N, act_dim]) float32: every interval of `days` (default: every day
     of `params`) as the operator's MPC plays it (`rolling_mpc`) through `env` (with its safety layer when
-    `Shielded`; the action recorded is the MPC's own, before the layer). What a policy imitates to start from
-    the operator's decisions (`ECConfig.init = "operator"`). A ValueError on a task with no MPC."""
+    `Shielded`; the action recorded is the MPC's own, before the layer), then `augment` perturbed copies of
+    each observation labelled by the MPC (`feeder.perturbed_demonstrations`; dso only, where the decision
+    depends on the one observation). What a policy imitates to start from the operator's decisions
+    (`ECConfig.init = "operator"`). A ValueError on a task with no MPC, or `augment` on a task other than dso."""
+    if augment and not decides_per_observation(env, params):
+        raise ValueError("perturbed demonstrations (init_augment) need an MPC whose decision depends on one "
+                         "observation alone: dso-case33bw; the transmission MPC plans over the day's forecast")
     record = []
     rolling_mpc(env, params, days, progress, record)
     obs, actions = (np.stack(x).astype(np.float32) for x in zip(*record))
+    if augment:
+        more = feeder.perturbed_demonstrations(params, obs, augment, progress=augment_progress)
+        obs, actions = np.concatenate([obs, more[0]]), np.concatenate([actions, more[1]])
     return obs, actions

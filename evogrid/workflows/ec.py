@@ -59,9 +59,12 @@ class ECConfig(ConstraintConfig):
     hidden: tuple[int, ...] = param((32, 32), "MLP hidden layer widths", lo=1)
     activation: str = param("tanh", "MLP activation", choices=tuple(ACTIVATIONS))
     init: str = param("random", "where the search starts: random MLP weights, or 'operator': the MLP fitted to the "
-                      "operator's MPC on training days (behaviour cloning; DC transmission and dso tasks)",
+                      "operator's MPC on training days (behaviour cloning; transmission and dso tasks)",
                       choices=("random", "operator"))
     init_days: int = param(40, "init='operator': the training days the MPC plays for the fit (at most all 40)", lo=1)
+    init_augment: int = param(0, "init='operator' on dso: perturbed copies of every demonstrated interval (loads "
+                              "and PV scaled, log-normal), each labelled by the MPC, so the fit generalises beyond "
+                              "the training days", lo=0)
     sigma: float = param(0.05, "initial search std (ES) / mutation std (GA)", lo=0.0, lo_open=True)
     learning_rate: float = param(0.03, "ES optimiser step size (Open_ES, SNES, xNES, PGPE, ARS)", lo=0.0, lo_open=True,
                                  cli="--lr")
@@ -119,12 +122,16 @@ class ECWorkflow(Workflow):
         self.strategy = self.make_strategy(flat)
         self.episodes = TrainingWrapper(self.env, config.episodes_per_individual, config.vmap_step)
         self._demos = None   # the MPC's (observations, actions) for init="operator", made when first needed
-        if config.init == "operator":
-            from evogrid.baselines.operators import has_mpc
+        if config.init == "operator" or config.init_augment:
+            from evogrid.baselines.operators import decides_per_observation, has_mpc
 
-            if not has_mpc(self.env, self.env_params):
+            if config.init == "operator" and not has_mpc(self.env, self.env_params):
                 raise ValueError(f"init='operator' fits the policy to the operator's MPC, which {config.task} does not "
                                  "have (the transmission tasks and dso-case33bw do); use init='random'")
+            if config.init_augment and (config.init != "operator" or not decides_per_observation(self.env, self.env_params)):
+                raise ValueError("init_augment adds perturbed MPC decisions to the fit of init='operator', on dso tasks "
+                                 f"only (the feeder MPC decides from one observation); got init={config.init!r} on "
+                                 f"{config.task}")
 
     # --- hooks ---------------------------------------------------------------------------
     info_sums: tuple[str, ...] = ()   # per-step info entries each individual's episodes also sum (`rollout`)
@@ -169,7 +176,7 @@ class ECWorkflow(Workflow):
             from evogrid.baselines import demonstrations
 
             days = range(min(self.config.init_days, self.env.num_days(self.env_params)))
-            self._demos = demonstrations(self.env, self.env_params, days)
+            self._demos = demonstrations(self.env, self.env_params, days, self.config.init_augment)
         return self._demos
 
     def _init(self, key) -> ECState:
