@@ -118,7 +118,7 @@ def _done(path: Path) -> set:
 
 @functools.lru_cache(maxsize=None)
 def has_layer(task: str) -> bool:
-    """Whether the task has a safety layer (`evogrid.safety.make_layer`: DC transmission and dso tasks)."""
+    """Whether the task has a safety layer (`evogrid.safety.make_layer`: transmission (DC and AC) and dso tasks)."""
     from evogrid.envs import make
     from evogrid.safety import make_layer
 

@@ -84,7 +84,7 @@ def baseline(task: str, split: str = "test", refresh: bool = False, operators: b
     """The reference's figures of `task` on its `split` days (a dict, JSON-ready); cached on disk. With
     `operators`, also the operator's baselines with and without the safety layer (`operators.py`: report
     key "operators", name -> per-day figures; summary key "operators", name -> `policy_figures`), on the
-    tasks that have them (DC transmission and dso)."""
+    tasks that have them (transmission, DC and AC, and dso)."""
     report = _oracle_report(task, split, refresh)
     if operators and reference(task).operators:
         import jax
