@@ -59,7 +59,8 @@ class ECConfig(ConstraintConfig):
     hidden: tuple[int, ...] = param((32, 32), "MLP hidden layer widths", lo=1)
     activation: str = param("tanh", "MLP activation", choices=tuple(ACTIVATIONS))
     init: str = param("random", "where the search starts: random MLP weights, or 'operator': the MLP fitted to the "
-                      "operator's MPC on training days (behaviour cloning; transmission and dso tasks)",
+                      "operator's MPC on training days (behaviour cloning; transmission and dso tasks; search near "
+                      "it with a smaller sigma, e.g. 0.02)",
                       choices=("random", "operator"))
     init_days: int = param(40, "init='operator': the training days the MPC plays for the fit (at most all 40)", lo=1)
     init_augment: int = param(0, "init='operator' on dso: perturbed copies of every demonstrated interval (loads "
