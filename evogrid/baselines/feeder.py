@@ -113,16 +113,17 @@ def rolling_policy(env, params, days=None, progress=None, record=None):
     decide = mpc_decision(params)
     read = jax.jit(lambda obs: read_observation(obs, params))
     days = range(np.asarray(params.load_p).shape[0]) if days is None else days
-    return play_decisions(env, params, days, read, lambda d, t, seen: decide(seen), progress, record)
+    return play_decisions(env, params, days, read, lambda d, t, seen: decide(seen, f"day {d} step {t}: "),
+                          progress, record)
 
 
 def mpc_decision(params):
-    """The operator's decision on a DSO feeder, `decide(seen) -> action`, from what one observation says
+    """The operator's decision on a DSO feeder, `decide(seen, where="") -> action`, from what one observation says
     (`seen` = `read_observation(obs)` as float64 arrays): that interval's LinDistFlow QP (`_schedule_qp`) at
     the bus loads and PV power it observes (reactive loads at each bus's power factor), its linear voltages
     corrected by its own sweep power flow of the schedule, warm-started from the observed |V| (`ROUNDS` rounds,
     as the oracle corrects by the env). Where no schedule keeps every bus within its band in the linear model,
-    the least violating one (`SOFT_BAND`)."""
+    the least violating one (`SOFT_BAND`). `where` prefixes the error a failed solve raises."""
     from evogrid.envs.dist import decode_controls, feeder_flow
 
     if hasattr(params, "battery"):
@@ -136,7 +137,7 @@ def mpc_decision(params):
         controls = decode_controls(action, load_p, avail, params)
         return feeder_flow(load_p, load_p * params.q_ratio, avail, vm.astype(params.net.z.dtype), controls, params)[0]["vm"]
 
-    def decide(seen):
+    def decide(seen, where=""):
         load_p, avail = seen["load_mw"][None], seen["avail_mw"][None]
         offset = np.zeros_like(load_p)
         for soft in (None, SOFT_BAND):
@@ -151,7 +152,7 @@ def mpc_decision(params):
             if sol.ok:
                 return action
             offset = np.zeros_like(load_p)
-        raise RuntimeError(f"feeder rolling dispatch: the solver returned {sol.status!r}")
+        raise RuntimeError(f"feeder rolling dispatch, {where}the solver returned {sol.status!r}")
 
     return decide
 
