@@ -249,7 +249,7 @@ def _train(argv: list[str]) -> int:
     warning = _size_warning(config, workflow)
     if warning and primary:
         print(f"evogrid: warning: {warning}", file=sys.stderr)
-    state = workflow.init()
+    state = None if args.resume else workflow.init()   # resumed: the checkpoint's, or init() where there is none
     try:
         state, history = workflow.learn(state, args.generations, run_dir=out, checkpoint_every=args.checkpoint_every,
                                         resume=args.resume, progress=not args.quiet, wandb_project=args.wandb)
@@ -382,7 +382,7 @@ def _eval(args) -> int:
         if not isinstance(values, dict):
             raise ValueError(f"it holds a {type(values).__name__}, not an object of config keys")
         config, workflow = build(values)
-        restored = Checkpointer(run / "checkpoints", config.to_dict()).restore_latest(workflow.init())
+        restored = Checkpointer(run / "checkpoints", config.to_dict()).restore_latest(workflow.state_template())
     except (json.JSONDecodeError, ValueError, CheckpointError) as err:
         raise UsageError(f"cannot evaluate {run}: config.json: {err}") from None
     if restored is None:

@@ -124,6 +124,16 @@ def test_operator_init_starts_from_the_mpcs_decisions(short_task):
     again = ECWorkflow(config, env, params).demonstrations()   # from the disk cache: the MPC is not solved again
     np.testing.assert_array_equal(again[1], actions)
 
+    def no_fit():
+        raise AssertionError("a checkpoint's template must not play the MPC or fit the policy")
+
+    fresh = ECWorkflow(config, env, params)
+    fresh.demonstrations = no_fit
+    template = fresh.state_template()   # what a resumed or evaluated run restores into
+    assert jax.tree_util.tree_structure(template) == jax.tree_util.tree_structure(state)
+    for a, b in zip(jax.tree_util.tree_leaves(template), jax.tree_util.tree_leaves(state)):
+        assert a.shape == b.shape and a.dtype == b.dtype
+
 
 @pytest.mark.slow
 def test_checkpoint_resume_in_process_and_config_guard(tmp_path, short_task):
@@ -132,9 +142,14 @@ def test_checkpoint_resume_in_process_and_config_guard(tmp_path, short_task):
     full = ECWorkflow(cfg, env, params)
     s_full, h_full = full.learn(full.init(), 4, run_dir=tmp_path / "full", checkpoint_every=2, progress=False)
     part = ECWorkflow(cfg, env, params)
-    part.learn(part.init(), 2, run_dir=tmp_path / "part", checkpoint_every=2, progress=False)
+    s_part, _ = part.learn(part.init(), 2, run_dir=tmp_path / "part", checkpoint_every=2, progress=False)
     again = ECWorkflow(cfg, env, params)
-    s_res, h_res = again.learn(again.init(), 4, run_dir=tmp_path / "part", checkpoint_every=2, resume=True, progress=False)
+    # state None: the checkpoint's where there is one, else init()'s
+    s_res, h_res = again.learn(None, 4, run_dir=tmp_path / "part", checkpoint_every=2, resume=True, progress=False)
+    (tmp_path / "new").mkdir()
+    s_new, _ = again.learn(None, 2, run_dir=tmp_path / "new", checkpoint_every=2, resume=True, progress=False)
+    for a, b in zip(jax.tree_util.tree_leaves(s_part), jax.tree_util.tree_leaves(s_new)):
+        np.testing.assert_array_equal(a, b)
     for a, b in zip(jax.tree_util.tree_leaves(s_full), jax.tree_util.tree_leaves(s_res)):
         np.testing.assert_array_equal(a, b)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_s"} for r in rows]  # noqa: E731

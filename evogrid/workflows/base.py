@@ -153,6 +153,12 @@ class Workflow:
         self.split_params(self.choice_split)
         return self._init(jax.random.key(self.config.seed) if key is None else key)
 
+    def state_template(self):
+        """A run state shaped as `init`'s, to restore a checkpoint into (its values are not used): `init()`
+        by default; a workflow whose start is costly to compute overrides it (ECWorkflow's fit to the
+        operator's MPC)."""
+        return self.init()
+
     @jit_method()
     def step(self, state):
         """One generation / iteration as one compiled call: -> (state, metrics)."""
@@ -257,6 +263,9 @@ class Workflow:
               steps_per_call: int | None = None):
         """Run until `generations` steps have been taken in total. Returns (state, history).
 
+        `state`: the run state to start from; None for `init()`'s, or with `resume` the newest checkpoint's
+        where there is one (restored into `state_template()`: a resumed run does not compute its start again).
+
         Steps run up to `steps_per_call` at a time in one compiled call (`steps`; default: the largest
         divisor of the checkpoint interval up to MAX_STEPS_PER_CALL, so calls end on checkpoints; one
         program whatever the count, and the same results whatever `steps_per_call`). Metrics are per
@@ -281,7 +290,10 @@ class Workflow:
             if primary:  # other processes may already see the directory process 0 is creating
                 run.check_writable(resume)
             ckpt = Checkpointer(run.path / "checkpoints", self.config_dict())
-            restored = ckpt.restore_latest(state, log=_say if progress else None) if resume else None
+            restored = None
+            if resume and ckpt.steps():
+                restored = ckpt.restore_latest(self.state_template() if state is None else state,
+                                               log=_say if progress else None)
             if not resume and ckpt.steps():
                 raise FileExistsError(f"{run.path} already holds checkpoints; pass resume=True (--resume) or use a new directory")
             if restored is not None:
@@ -292,6 +304,8 @@ class Workflow:
                 run.write_history(history)
             if progress and resume:
                 _say(f"resumed from {self.unit} {start} in {run.path}" if restored else f"no checkpoint in {run.path}; starting from scratch")
+        if state is None:
+            state = self.init()
         files = run is not None and primary
         sinks = _Sinks(_tensorboard(run.path, start) if files else None,
                        _wandb_run(run.path, wandb_project, self.config_dict()) if files and wandb_project else None)

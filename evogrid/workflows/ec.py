@@ -153,14 +153,20 @@ class ECWorkflow(Workflow):
         return self.strategy.tell(key, population, fitness, strategy_state)
 
     # --- workflow ----------------------------------------------------------------------
-    def initial_policy(self, key):
+    def state_template(self):
+        """`init()`'s state with the random start in place of the fit (same shapes): restoring a checkpoint does
+        not solve the MPC's days or fit the policy again."""
+        self.split_params(self.choice_split)
+        return self._init(jax.random.key(self.config.seed), fitted=False)
+
+    def initial_policy(self, key, fitted: bool = True):
         """(flat MLP parameters [D], observation statistics) the search starts from: random weights, or with
         `init="operator"` the MLP fitted (`networks.imitate`) to the operator's MPC played on the first
         `init_days` training days (`demonstrations`, through the env as the workflow plays it, layer
         included), with those days' observation statistics."""
         mean, _ = flat_init(self.model, key, self.obs_dim)
         norm = RunningNorm.create(self.obs_dim)
-        if self.config.init == "random":
+        if self.config.init == "random" or not fitted:
             return mean, norm
         obs, actions = self.demonstrations()
         obs = jnp.asarray(obs, mean.dtype)
@@ -180,9 +186,9 @@ class ECWorkflow(Workflow):
             self._demos = demonstrations(self.env, self.env_params, days, self.config.init_augment)
         return self._demos
 
-    def _init(self, key) -> ECState:
+    def _init(self, key, fitted: bool = True) -> ECState:
         k_init, k_es, key = jax.random.split(key, 3)
-        mean, norm = self.initial_policy(k_init)
+        mean, norm = self.initial_policy(k_init, fitted)
         state = ECState(
             key=jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key,
             es_state=self.strategy.init(k_es, mean),
