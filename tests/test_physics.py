@@ -342,6 +342,28 @@ def test_q_limits_match_pandapower(name, scale):
     assert np.max(np.abs(np.abs(np.asarray(plain)) - np.abs(np.asarray(v)))) > 1e-3  # the limits changed the answer
 
 
+def test_a_failed_solve_switches_no_bus():
+    """As MATPOWER's runpf (`if success && qlim`), PV -> PQ switching follows a converged solve only: with
+    case14's loads x6 the first Newton solve fails (so does the one without limits), and no bus is switched
+    from its unsolved reactive injections (the rounds after it do no iteration)."""
+    from evogrid.case.matpower import QD, QMAX, QMIN
+
+    with jax.enable_x64(True):
+        case = load_case("14")
+        case = dataclasses.replace(case, bus=case.bus.copy())
+        case.bus[:, [2, 3]] *= 6.0
+        qmin, qmax = np.zeros(case.n_bus), np.zeros(case.n_bus)
+        np.add.at(qmin, case.gen_bus, case.gen[:, QMIN])
+        np.add.at(qmax, case.gen_bus, case.gen[:, QMAX])
+        qmin, qmax = (qmin - case.bus[:, QD]) / case.base_mva, (qmax - case.bus[:, QD]) / case.base_mva
+        acn = ph.make_ac_network(case)
+        s = jnp.asarray(bus_injection_pu(case))
+        _, converged, _, switched = jax.jit(ph.newton_raphson_q_limits)(acn, s, jnp.asarray(qmin), jnp.asarray(qmax))
+        _, plain_converged, _ = ph.newton_raphson(acn, s)
+    assert not bool(plain_converged) and not bool(converged)
+    assert not np.asarray(switched).any()
+
+
 @pytest.mark.parametrize("limits", [False, True])
 def test_newton_derivative_with_respect_to_the_set_points(limits):
     """d|V| / d(voltage set-points) through both Newton solvers equals central finite differences (float64,

@@ -155,7 +155,9 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
     """Newton-Raphson with generator reactive limits (MATPOWER's ENFORCE_Q_LIMS = 1, pandapower's
     `enforce_q_lims=True`): solve; every PV bus whose reactive injection lies outside [q_min, q_max]
     becomes a PQ bus with its injection at the violated limit; solve again; `rounds` times at most
-    (static), switching never back. The reference bus keeps its voltage (its reactive output is not
+    (static), switching never back. A solve that fails ends the rounds (MATPOWER's runpf switches after a
+    converged solve only; PYPOWER's port also from a failed one): under vmap, a batch member whose first
+    solve fails no longer holds every later round of the batch to the iteration cap. The reference bus keeps its voltage (its reactive output is not
     limited), as in pandapower. PV set-points are `v_set`'s magnitudes (default `net.v0`'s). Shapes stay static: every non-reference |V| is an unknown, and a bus
     still in PV mode has the equation |V| = set-point instead of its Q balance.
 
@@ -192,10 +194,10 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
         vm = jnp.abs(v).at[net.pvpq].add(-dx[n:])
         return vm * jnp.exp(1j * va).astype(v.dtype)
 
-    def solve(v, s, hold):
-        def keep_going(carry):
+    def solve(v, s, hold, ok):
+        def keep_going(carry):   # not at all after a round whose solve failed (`ok` False)
             i, _, f = carry
-            return (i < iters) & (jnp.max(jnp.abs(f)) >= tol)
+            return ok & (i < iters) & (jnp.max(jnp.abs(f)) >= tol)
 
         def step(carry):
             i, v, f = carry
@@ -206,19 +208,20 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
         return v, jnp.max(jnp.abs(f))
 
     def one_round(carry, _):
-        v, s, hold = carry
-        v, mismatch = solve(v, s, hold)
+        v, s, hold, ok = carry
+        v, mismatch = solve(v, s, hold, ok)
+        ok = ok & (mismatch < tol)   # a failed solve ends the rounds: no switching from it (MATPOWER's runpf)
         q = jnp.imag(v * jnp.conj(net.ybus @ v))[net.pvpq]
         qlo, qhi = q_min[net.pvpq], q_max[net.pvpq]
-        over, under = hold & (q > qhi), hold & (q < qlo)
+        over, under = ok & hold & (q > qhi), ok & hold & (q < qlo)
         limit = jnp.where(over, qhi, qlo)
         fix = over | under
         s = s.at[net.pvpq].set(jnp.where(fix, s[net.pvpq].real + 1j * limit, s[net.pvpq]))
-        return (v, s, hold & ~fix), (mismatch, jnp.any(fix))
+        return (v, s, hold & ~fix, ok), (mismatch, jnp.any(fix))
 
     s0 = s_bus.astype(v0.dtype)
-    (v, s, hold), _ = jax.lax.scan(one_round, (v0, s0, is_pv), None, length=rounds)
-    v, _ = solve(v, s, hold)  # the last switches' solution
+    (v, s, hold, ok), _ = jax.lax.scan(one_round, (v0, s0, is_pv, jnp.asarray(True)), None, length=rounds)
+    v, _ = solve(v, s, hold, ok)  # the last switches' solution
     # one more step from it with the live inputs (switched buses' reactive injection at their limit)
     s_live = s_live.astype(v0.dtype)
     s_live = s_live.at[net.pvpq].set(jnp.where(hold, s_live[net.pvpq], s_live[net.pvpq].real + 1j * s[net.pvpq].imag))
