@@ -49,6 +49,25 @@ def test_sign_flip_makes_evosax_maximise():
     np.testing.assert_allclose(np.asarray(strat.center(state)), 3.0, atol=0.3)
 
 
+def test_learning_rate_is_refused_exactly_where_evosax_has_no_optimiser():
+    """ECConfig refuses `learning_rate` for the algorithms outside OPTIMISED: those whose evosax 0.3 class
+    takes no `optimizer`, so the adapter would drop the step size."""
+    import inspect
+
+    import evosax.algorithms as ea
+
+    from evogrid.algorithms.es import EVOSAX_ALGORITHMS, OPTIMISED
+
+    takes = {n for n in EVOSAX_ALGORITHMS if "optimizer" in inspect.signature(getattr(ea, n).__init__).parameters}
+    assert takes == set(OPTIMISED)
+    for name in EVOSAX_ALGORITHMS:
+        if name in OPTIMISED:
+            assert ECConfig(algorithm=name, pop_size=8, learning_rate=0.1).learning_rate == 0.1
+        else:
+            with pytest.raises(ValueError, match=f"learning_rate is not used by {name}"):
+                ECConfig(algorithm=name, pop_size=8, learning_rate=0.1)
+
+
 @pytest.mark.slow
 def test_open_es_learns_tso_case5():
     """Seeded Open_ES with the default Lagrangian, 25 generations of 32: the chosen policy's cost on the test days

@@ -20,6 +20,7 @@ from evogrid.utils.jax_utils import strong_types
 
 EVOSAX_ALGORITHMS = ("Open_ES", "CMA_ES", "Sep_CMA_ES", "SNES", "xNES", "PGPE", "ARS", "SimpleGA")
 ANTITHETIC = ("Open_ES", "PGPE", "ARS")          # sample mirrored pairs: need an even population
+OPTIMISED = ("Open_ES", "SNES", "xNES", "PGPE", "ARS")   # step their mean with an optimiser (`learning_rate`)
 FULL_COVARIANCE = ("CMA_ES", "xNES")             # O(D^2) memory and O(D^2..D^3) time per generation
 
 

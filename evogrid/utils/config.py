@@ -90,6 +90,16 @@ def _check_range(name: str, value, meta) -> None:
         raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
 
 
+def refuse_unused(config, chooser: str, owners: dict) -> None:
+    """Raise where a field that the value of `chooser` (e.g. the algorithm) does not use is set away from its
+    default: `owners` maps such a field to the values that use it. A setting that would be ignored is an error."""
+    chosen = getattr(config, chooser)
+    default = {f.name: f.default for f in dataclasses.fields(config)}
+    for name, users in owners.items():
+        if chosen not in users and getattr(config, name) != default[name]:
+            raise ValueError(f"{name} is not used by {chosen} (it is an option of {', '.join(users)}); leave it unset")
+
+
 class Config:
     """Base of the frozen config dataclasses: checked on construction, dict round trip."""
 

@@ -28,10 +28,11 @@ import numpy as np
 from flax import struct
 
 from evogrid.algorithms import EVOSAX_ALGORITHMS, EvosaxStrategy
+from evogrid.algorithms.es import OPTIMISED
 from evogrid.envs.trans import TransGridEnv
 from evogrid.networks import flat_init, make_vmap_mlp
 from evogrid.rollout import rollout
-from evogrid.utils.config import Config, param
+from evogrid.utils.config import Config, param, refuse_unused
 from evogrid.workflows.base import EVAL_SEED, Workflow
 
 DAMAGE = ("thermal", "balance")
@@ -56,6 +57,7 @@ class AttackConfig(Config):
     def _check(self):
         if self.pop_size % 2:
             raise ValueError(f"pop_size must be even (antithetic sampling), got {self.pop_size}")
+        refuse_unused(self, "strategy", {"learning_rate": OPTIMISED})
 
 
 @struct.dataclass

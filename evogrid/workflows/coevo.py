@@ -17,10 +17,11 @@ import jax.numpy as jnp
 from flax import struct
 
 from evogrid.algorithms import EVOSAX_ALGORITHMS, EvosaxStrategy
+from evogrid.algorithms.es import OPTIMISED
 from evogrid.envs.market import GenCoMarketEnv
 from evogrid.networks import flat_init, make_vmap_mlp
 from evogrid.rollout import collect
-from evogrid.utils.config import Config, param
+from evogrid.utils.config import Config, param, refuse_unused
 from evogrid.workflows.base import EVAL_SEED, Workflow
 
 
@@ -40,6 +41,7 @@ class CoevoConfig(Config):
     def _check(self):
         if self.pop_size % 2:
             raise ValueError(f"pop_size must be even (antithetic sampling), got {self.pop_size}")
+        refuse_unused(self, "strategy", {"learning_rate": OPTIMISED})
 
 
 @struct.dataclass

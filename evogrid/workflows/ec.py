@@ -28,13 +28,13 @@ from flax import struct
 from jax.flatten_util import ravel_pytree
 
 from evogrid.algorithms import EVOSAX_ALGORITHMS, EvosaxStrategy, GeneticAlgorithm
-from evogrid.algorithms.es import ANTITHETIC
+from evogrid.algorithms.es import ANTITHETIC, OPTIMISED
 from evogrid.constraints import ConstraintConfig, Lagrangian
 from evogrid.envs.wrappers import TrainingWrapper
 from evogrid.networks import RunningNorm, flat_init, imitate, make_vmap_mlp
 from evogrid.networks.mlp import ACTIVATIONS
 from evogrid.rollout import play_days, rollout
-from evogrid.utils.config import param
+from evogrid.utils.config import param, refuse_unused
 from evogrid.utils.jax_utils import tree_where
 from evogrid.utils.sharding import (
     POP_AXIS,
@@ -85,6 +85,7 @@ class ECConfig(ConstraintConfig):
             raise ValueError(f"elite must be in [0, pop_size - 1] = [0, {self.pop_size - 1}], got {self.elite}")
         if self.eval_block and self.pop_size % self.eval_block:
             raise ValueError(f"eval_block must be 0 or divide pop_size {self.pop_size}, got {self.eval_block}")
+        refuse_unused(self, "algorithm", {"learning_rate": OPTIMISED, "elite": ("GA",), "mutation_rate": ("GA",)})
 
 
 @struct.dataclass
