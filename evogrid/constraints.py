@@ -47,7 +47,7 @@ class ConstraintConfig(Config):
     lagrange_ki: float = param(0.1, "integral gain of the multiplier (dimensionless per unit of violation)", lo=0.0)
     lagrange_kp: float = param(1.0, "proportional gain of the multiplier", lo=0.0)
     select_on: str = param("val", "days the reported policy is chosen on: val, or train+val (48 days instead of 8 "
-                           "on synthetic tasks: feasible on more unseen days, at some cost; README 'Results')",
+                           "on synthetic tasks: feasible on more unseen days, at some cost; docs/evaluation.md)",
                            choices=("val", "train+val"))
     safety: str = param("auto", "safety layer between the policy and the grid (evogrid.safety: the security "
                         "redispatch on DC transmission tasks, the voltage correction on dso): auto (where the task "

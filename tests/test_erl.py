@@ -26,7 +26,7 @@ def test_hybrid_improves_on_tso_case5(algorithm, gain):
     covering the rest) is feasible and within 30% of the oracle. Measured: ERL -264.1 -> -238.2 (9.8%),
     CEM-RL -264.1 -> -216.7 (18%), violation 0 and 5e-5 (seeds 0-5: both keep the initial policy on seeds
     0, 1 and 3 (CEM-RL) or gain up to 20% with up to 0.022 p.u. of violation; ERL's seed 4 loses 6.5%; the
-    bench's 40 generations: README "Results"). The generation compiles once; ERL injected the learner 3 times."""
+    bench's 40 generations: docs/results.md). The generation compiles once; ERL injected the learner 3 times."""
     cfg = ERLConfig(task="tso-case5", algorithm=algorithm, pop_size=8, hidden=(32, 32), buffer_size=20_000,
                     warmup_steps=1_000, updates_per_iter=48, batch_size=128, actor_steps=16, seed=2)
     wf = ERLWorkflow(cfg)

@@ -69,7 +69,7 @@ def _learned(before, after, gain, max_violation):
 def test_ppo_learns_tso_case5():
     """Seed 1, 150 iterations. Measured: return -262.2 -> -250.7 (4.4%), violation 0 -> 0. (Seed 0: -256.4 ->
     -263.5; on tso-case14 seeds 0 and 1 stay within 0.2% of the initial policy: PPO learns little at this
-    budget; the bench runs 200 iterations, README "Results".)"""
+    budget; the bench runs 200 iterations, docs/results.md.)"""
     _, _, before, after = _learn(PPOConfig(task="tso-case5", num_envs=16, rollout_len=48, seed=1), 150)
     _learned(before, after, 0.03, 0.0)
 
