@@ -290,11 +290,12 @@ class Workflow:
             if primary:  # other processes may already see the directory process 0 is creating
                 run.check_writable(resume)
             ckpt = Checkpointer(run.path / "checkpoints", self.config_dict())
+            saved = ckpt.steps()
             restored = None
-            if resume and ckpt.steps():
+            if resume and saved:
                 restored = ckpt.restore_latest(self.state_template() if state is None else state,
                                                log=_say if progress else None)
-            if not resume and ckpt.steps():
+            if not resume and saved:
                 raise FileExistsError(f"{run.path} already holds checkpoints; pass resume=True (--resume) or use a new directory")
             if restored is not None:
                 start, state = restored
