@@ -14,9 +14,10 @@ from evogrid.workflows.registry import algorithms, build, config_class
 
 SMALL = {"pop_size": 4, "agents": 2, "episodes_per_individual": 1, "episodes": 1, "hidden": (4,), "eval_episodes": 1,
          "num_envs": 2, "rollout_len": 4, "buffer_size": 64, "warmup_steps": 8, "updates_per_iter": 2,
-         "batch_size": 8, "minibatches": 1, "epochs": 1, "select_every": 1, "elite": 1, "critic_hidden": (4,),
+         "batch_size": 8, "minibatches": 1, "epochs": 1, "select_every": 1, "critic_hidden": (4,),
          "safety": "off"}   # the layer's own contract is the task test below (and tests/test_safety.py)
 TASK = {"coevo": "gencos-case5", "attack": "tso-case14-n1"}
+OWN = {"GA": {"elite": 1}}   # options only one algorithm takes (the others refuse them)
 
 
 @pytest.mark.slow
@@ -24,7 +25,7 @@ TASK = {"coevo": "gencos-case5", "attack": "tso-case14-n1"}
 def test_every_algorithm_compiles_once_and_steps(name):
     fields = {f.name for f in dataclasses.fields(config_class(name))}
     task = TASK.get(name, "tso-case5")
-    values = {"algorithm": name, "task": task, **{k: v for k, v in SMALL.items() if k in fields}}
+    values = {"algorithm": name, "task": task, **{k: v for k, v in SMALL.items() if k in fields}, **OWN.get(name, {})}
     env, params = make(task, max_steps=4, n_days=4)
     _, wf = build(values, env, params)
     state = wf.init()
