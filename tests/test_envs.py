@@ -8,7 +8,7 @@ from conftest import ppc_of, pypower_opts
 from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, QG, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
-from evogrid.envs.trans import dispatch_action, setpoints_in_band, voltage_action
+from evogrid.envs.trans import dispatch_action, follow_load, setpoints_in_band, voltage_action
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
 CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
@@ -436,3 +436,12 @@ def test_legacy_prngkey_works_like_typed_key(task):
     np.testing.assert_array_equal(obs_new, obs_old)
     out = step(jax.random.PRNGKey(6), state_old, jnp.zeros(n_act), params)
     assert np.isfinite(float(out[2]))
+
+
+def test_load_following_without_room_has_a_finite_derivative():
+    """Every unit at its floor and the demand below their total: nothing can move, and the derivative through
+    the load following stays finite (a policy trained by gradients through the env meets this state)."""
+    lo, hi = jnp.array([10.0, 20.0]), jnp.array([30.0, 50.0])
+    np.testing.assert_array_equal(follow_load(lo, lo, hi, 25.0), lo)
+    g = jax.grad(lambda pg: jnp.sum(follow_load(pg, lo, hi, 25.0) * jnp.array([1.0, 2.0])))(lo)
+    assert np.all(np.isfinite(np.asarray(g))), g

@@ -363,7 +363,9 @@ def follow_load(pg, lo, hi, demand):
     that room cannot cover is left to the slack (`_solve`), where the `balance` and `ramp` channels see it."""
     miss = demand - jnp.sum(pg)
     room = jnp.where(miss > 0, hi - pg, pg - lo)
-    share = jnp.minimum(jnp.abs(miss) / jnp.maximum(jnp.sum(room), jnp.finfo(pg.dtype).tiny), 1.0)
+    total = jnp.sum(room)
+    some = total >= jnp.finfo(pg.dtype).tiny   # without room, nothing moves (and the derivative stays finite)
+    share = jnp.where(some, jnp.minimum(jnp.abs(miss) / jnp.where(some, total, 1.0), 1.0), 1.0)
     return pg + jnp.sign(miss) * share * room
 
 
