@@ -31,7 +31,7 @@ import numpy as np
 
 # generations / iterations per run, by algorithm (defaults of each config otherwise): about a minute or
 # less per run on 2 CPU cores for the TSO tasks
-BUDGET = {"ppo": 200, "td3": 60, "sac": 60, "erl": 40, "cemrl": 40, "pbt": 200, "pbt_td3": 60}
+BUDGET = {"ppo": 200, "td3": 60, "sac": 60, "erl": 40, "cemrl": 40, "pbt": 200, "pbt_td3": 60, "apg": 500}
 EC_BUDGET = 200
 # per-task budgets of the evolution strategies, chosen so the whole default table regenerates within the hour
 # on 2 CPU cores (docs/design/choices.md)

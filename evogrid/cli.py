@@ -83,13 +83,20 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _add_config_options(parser, config_cls) -> None:
-    """One option per config field (and its short spelling), default None = not given."""
+def _unused(config_cls, algorithm: str) -> list[str]:
+    """The config's options that `algorithm` does not use (other algorithms' options, which it refuses)."""
+    owners = config_cls._owners() if hasattr(config_cls, "_owners") else {}
+    return [field for field, users in owners.items() if algorithm not in users]
+
+
+def _add_config_options(parser, config_cls, algorithm: str) -> None:
+    """One option per config field that `algorithm` uses (and its short spelling), default None = not given."""
     from evogrid.utils.config import field_type
 
     group = parser.add_argument_group(f"{config_cls.__name__} options (defaults from the config class)")
+    unused = _unused(config_cls, algorithm)
     for f in dataclasses.fields(config_cls):
-        if f.name == "algorithm":
+        if f.name == "algorithm" or f.name in unused:
             continue
         tp = field_type(config_cls, f.name)
         kwargs = {"dest": f.name, "default": None, "help": f"{f.metadata.get('help', '')} (default: {_shown(f.default)})"}
@@ -117,7 +124,10 @@ def _all_option_flags() -> dict[str, list[str]]:
 
     flags: dict[str, list[str]] = {}
     for name in algorithms():
-        for f in dataclasses.fields(config_class(name)):
+        cls = config_class(name)
+        for f in dataclasses.fields(cls):
+            if f.name in _unused(cls, name):
+                continue
             for flag in [_flag(f.name)] + ([f.metadata["cli"]] if f.metadata.get("cli") else []):
                 flags.setdefault(flag, []).append(name)
     return flags
@@ -144,7 +154,7 @@ def _train_parser(config_cls, algorithm: str) -> argparse.ArgumentParser:
     p.add_argument("--coordinator", help="with --distributed: HOST:PORT of process 0")
     p.add_argument("--num-processes", type=int, help="with --distributed: number of processes")
     p.add_argument("--process-id", type=int, help="with --distributed: this process's index")
-    _add_config_options(p, config_cls)
+    _add_config_options(p, config_cls, algorithm)
     return p
 
 
@@ -483,8 +493,12 @@ def _config(args) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     print(f"{config_cls.__name__} ({name}, {workflow_cls.__name__}); algorithms: {', '.join(algorithms())}")
+    unused = _unused(config_cls, name)
     for field, kind, default, help_text in config_cls.describe():
-        print(f"  {field:<24} {_shown(default):<14} {help_text} [{kind}]")
+        if field not in unused:
+            print(f"  {field:<24} {_shown(default):<14} {help_text} [{kind}]")
+    if unused:
+        print(f"  (not used by {name}: {', '.join(unused)})")
     return 0
 
 

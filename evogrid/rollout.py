@@ -161,16 +161,16 @@ def rollout(env, policy, rng, max_steps: int, params, *, keep_trajectory: bool =
     return metrics, trajectories
 
 
-def play_days(env, params, policy, days=None, key=None, info_sums=()):
+def play_days(env, params, policy, days=None, key=None, info_sums=(), obs_moments=False):
     """Each of `days` (default every day of `params`) played once from its start of day by
-    `policy(obs) -> action`, vmapped over the days (traceable; jit it or call it inside jit): the metrics
-    of `rollout` without observation moments, with a leading [n_days] axis. `key` (default key 0) seeds
-    the same step keys on every day."""
+    `policy(obs) -> action`, vmapped over the days (traceable and differentiable; jit it or call it inside
+    jit): the metrics of `rollout` (observation moments only with `obs_moments`), with a leading [n_days]
+    axis. `key` (default key 0) seeds the same step keys on every day."""
     days = jnp.arange(env.num_days(params), dtype=jnp.int32) if days is None else jnp.asarray(days, jnp.int32)
     key = jax.random.key(0) if key is None else key
 
     def one(day):
-        return rollout(env, policy, key, params.max_steps, params, obs_moments=False,
+        return rollout(env, policy, key, params.max_steps, params, obs_moments=obs_moments,
                        start=env.reset_to_day(day, params), info_sums=info_sums)[0]
 
     return jax.vmap(one)(days)

@@ -9,7 +9,7 @@ import pytest
 from evogrid import cli
 from evogrid.case import CaseFormatError, load_case, parse_matpower
 from evogrid.envs import make, make_trans_params
-from evogrid.workflows import CoevoConfig, ECConfig, ECWorkflow, MAPElitesConfig, PPOConfig
+from evogrid.workflows import APGConfig, CoevoConfig, ECConfig, ECWorkflow, MAPElitesConfig, PPOConfig
 
 SMALL = ["--task", "tso-case5", "--pop", "4", "--episodes", "1", "--hidden", "4", "--checkpoint-every", "1", "--safety", "off"]
 
@@ -25,6 +25,7 @@ SMALL = ["--task", "tso-case5", "--pop", "4", "--episodes", "1", "--hidden", "4"
     (lambda: ECConfig(algorithm="Open_ES", elite=2), r"elite is not used by Open_ES \(it is an option of GA\)"),
     (lambda: CoevoConfig(strategy="CMA_ES", learning_rate=0.2), r"learning_rate is not used by CMA_ES"),
     (lambda: MAPElitesConfig(mutation_rate=0.5), r"mutation_rate is not used by map_elites \(it is an option of GA\)"),
+    (lambda: APGConfig(sigma=0.1), r"sigma is not used by apg \(it is an option of Open_ES, "),
     (lambda: ECConfig(hidden=(0,)), r"hidden must be in \[1, inf\], got 0"),
     (lambda: ECConfig(hidden=(-4,)), r"hidden must be in \[1, inf\], got -4"),
     (lambda: ECConfig(constraint="lagrange"), r"constraint must be one of lagrangian, penalty, none, got 'lagrange'"),

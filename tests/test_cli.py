@@ -76,6 +76,7 @@ def test_killed_run_resumes_bit_identically(tmp_path, full_run):
 @pytest.mark.parametrize("args, message", [
     (["train", "--algorithm", "OpenEZ"], "unknown algorithm 'OpenEZ'; did you mean Open_ES?"),
     (["train", "--algorithm", "ppo", "--pop", "8"], "--pop does not apply to ppo (it is an option of Open_ES"),
+    (["train", "--algorithm", "apg", "--sigma", "0.1"], "--sigma does not apply to apg (it is an option of Open_ES"),
     (["train", "--sigma", "nan"], "sigma must be a finite number, got nan"),
     (["train", "--hidden", "0"], "hidden must be in [1, inf], got 0"),
     (["train", "--task", "tso-case6"], "unknown task 'tso-case6'"),
@@ -147,6 +148,10 @@ def test_config_listing_comes_from_the_config_classes():
         assert help_text in line
     helped = _cli("train", "--algorithm", "ppo", "--help")
     assert "--clip-eps" in helped.stdout and "(default: 0.2)" in helped.stdout and "--pop" not in helped.stdout
+    apg = _cli("config", "--algorithm", "apg")   # an ECConfig whose population options it refuses
+    assert "max_grad_norm" in apg.stdout and "(not used by apg: pop_size, sigma" in apg.stdout
+    assert not any(r.split()[:1] == ["pop_size"] for r in apg.stdout.splitlines())
+    assert "--pop " not in _cli("train", "--algorithm", "apg", "--help").stdout
 
 
 @pytest.mark.slow

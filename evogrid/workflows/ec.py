@@ -85,7 +85,22 @@ class ECConfig(ConstraintConfig):
             raise ValueError(f"elite must be in [0, pop_size - 1] = [0, {self.pop_size - 1}], got {self.elite}")
         if self.eval_block and self.pop_size % self.eval_block:
             raise ValueError(f"eval_block must be 0 or divide pop_size {self.pop_size}, got {self.eval_block}")
-        refuse_unused(self, "algorithm", {"learning_rate": OPTIMISED, "elite": ("GA",), "mutation_rate": ("GA",)})
+        refuse_unused(self, "algorithm", self._owners())
+
+    @classmethod
+    def _owners(cls) -> dict:
+        """Options only some algorithms use -> those algorithms (`refuse_unused`; `evogrid config` leaves the
+        others' out)."""
+        return {"learning_rate": OPTIMISED, "elite": ("GA",), "mutation_rate": ("GA",)}
+
+
+def pool_moments(norm: RunningNorm, metrics) -> RunningNorm:
+    """`norm` with the observation moments of a batch of rollouts merged in (`metrics`' obs_mean [B, D],
+    obs_var [B, D] and obs_count [B], pooled by count)."""
+    w = metrics["obs_count"] / metrics["obs_count"].sum()
+    mean = jnp.einsum("p,pd->d", w, metrics["obs_mean"])
+    var = jnp.einsum("p,pd->d", w, metrics["obs_var"] + metrics["obs_mean"] ** 2) - mean**2
+    return norm.merge(mean, jnp.maximum(var, 0.0), metrics["obs_count"].sum())
 
 
 @struct.dataclass
@@ -257,12 +272,7 @@ class ECWorkflow(Workflow):
         candidates = jnp.stack([self.strategy.center(es_state), population[jnp.argmax(fitness)]])
         best = jax.lax.cond(due, lambda: self._select(state, candidates),
                             lambda: (state.best_params, state.best_obs_norm, state.chosen))
-        norm = state.obs_norm
-        if self.config.obs_norm:
-            w = metrics["obs_count"] / metrics["obs_count"].sum()  # pool the individuals' moments by count
-            mean = jnp.einsum("p,pd->d", w, metrics["obs_mean"])
-            var = jnp.einsum("p,pd->d", w, metrics["obs_var"] + metrics["obs_mean"] ** 2) - mean**2
-            norm = norm.merge(mean, jnp.maximum(var, 0.0), metrics["obs_count"].sum())
+        norm = pool_moments(state.obs_norm, metrics) if self.config.obs_norm else state.obs_norm
         lagrangian = state.lagrangian.update(costs.mean(0), returns.mean(), self.config)
         state = state.replace(
             key=jax.random.key_data(key), es_state=es_state, obs_norm=norm, lagrangian=lagrangian,

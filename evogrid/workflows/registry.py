@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 
 from evogrid.algorithms import PPO, SAC, TD3
+from evogrid.workflows.apg import APGConfig, APGWorkflow
 from evogrid.workflows.attack import AttackConfig, AttackWorkflow
 from evogrid.workflows.coevo import CoevoConfig, CoevolutionWorkflow
 from evogrid.workflows.ec import ALGORITHMS as EC_ALGORITHMS
@@ -68,6 +69,7 @@ register("pbt", pbt_config(PPO, "pbt", ("learning_rate", "ent_coef", "lagrange_k
 register("pbt_td3", pbt_config(TD3, "pbt_td3", ("learning_rate", "expl_noise", "lagrange_ki")), PBTWorkflow)
 for _name in ERL_ALGORITHMS:
     register(_name, ERLConfig, ERLWorkflow)
+register("apg", APGConfig, APGWorkflow)
 register("map_elites", MAPElitesConfig, MAPElitesWorkflow)
 register("nsga2", NSGA2Config, NSGA2Workflow)
 register("coevo", CoevoConfig, CoevolutionWorkflow)

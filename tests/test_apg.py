@@ -1,0 +1,53 @@
+"""APGWorkflow: a policy trained by gradients through the env (and its safety layer) learns; its gradient
+matches a finite difference of the day's return."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from evogrid.rollout import play_days
+from evogrid.workflows import APGConfig, APGWorkflow
+
+
+def _score(wf, state):
+    out = wf.evaluate(state)
+    return float(out["return"]), float(np.sum(out["cost_channels"]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task, steps, gain", [("dso-case33bw", 40, 0.15), ("tso-case5", 40, 0.05)])
+def test_apg_learns_from_a_random_start(task, steps, gain):
+    """Seed 0, the task's default layer, `steps` steps of 8 days: the return rises by `gain` of its size and
+    the cost does not. Measured: dso-case33bw -10.80 -> -8.52 (21%), tso-case5 -266.4 -> -240.5 (9.7%),
+    costs unchanged (0.088 and 0), no skipped step."""
+    wf = APGWorkflow(APGConfig(task=task, seed=0))
+    state = wf.init()
+    before = _score(wf, state)
+    state, _ = wf.step(state)
+    compiled = wf.step._cache_size()
+    for _ in range(steps - 1):
+        state, metrics = wf.step(state)
+    assert wf.step._cache_size() == compiled
+    assert float(metrics["nonfinite_grad"]) == 0.0
+    after = _score(wf, state)
+    assert after[0] >= before[0] + gain * abs(before[0]), (before, after)   # returns are negative (costs)
+    assert after[1] <= before[1] + 1e-6, (before, after)
+
+
+def test_the_gradient_is_the_returns_derivative():
+    """The derivative APG follows, through the feeder's power flow and the voltage correction, against a
+    central difference of the day's return along a random direction (float64; the step 1e-4 is well above
+    the power flow's convergence tolerance, whose noise dominates the difference below 1e-5)."""
+    with jax.enable_x64(True):
+        wf = APGWorkflow(APGConfig(task="dso-case33bw", hidden=(8,)))
+        state = wf.state_template()
+        params = wf.env_params.replace(max_steps=6)
+        flat, norm = state.best_params, state.best_obs_norm
+
+        def ret(f):
+            return jnp.mean(play_days(wf.env, params, wf._policy(f, norm), days=jnp.arange(2))["episode_return"])
+
+        direction = jax.random.normal(jax.random.key(3), flat.shape, flat.dtype)
+        h = 1e-4
+        fd = (ret(flat + h * direction) - ret(flat - h * direction)) / (2 * h)
+        np.testing.assert_allclose(float(jax.grad(ret)(flat) @ direction), float(fd), rtol=1e-4)
