@@ -83,18 +83,12 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _unused(config_cls, algorithm: str) -> list[str]:
-    """The config's options that `algorithm` does not use (other algorithms' options, which it refuses)."""
-    owners = config_cls._owners() if hasattr(config_cls, "_owners") else {}
-    return [field for field, users in owners.items() if algorithm not in users]
-
-
 def _add_config_options(parser, config_cls, algorithm: str) -> None:
     """One option per config field that `algorithm` uses (and its short spelling), default None = not given."""
-    from evogrid.utils.config import field_type
+    from evogrid.utils.config import field_type, unused_options
 
     group = parser.add_argument_group(f"{config_cls.__name__} options (defaults from the config class)")
-    unused = _unused(config_cls, algorithm)
+    unused = unused_options(config_cls, algorithm)
     for f in dataclasses.fields(config_cls):
         if f.name == "algorithm" or f.name in unused:
             continue
@@ -120,13 +114,15 @@ def _shown(value) -> str:
 
 def _all_option_flags() -> dict[str, list[str]]:
     """flag -> algorithms whose config takes it (to name the algorithms in a refusal)."""
+    from evogrid.utils.config import unused_options
     from evogrid.workflows.registry import algorithms, config_class
 
     flags: dict[str, list[str]] = {}
     for name in algorithms():
         cls = config_class(name)
+        unused = unused_options(cls, name)
         for f in dataclasses.fields(cls):
-            if f.name in _unused(cls, name):
+            if f.name in unused:
                 continue
             for flag in [_flag(f.name)] + ([f.metadata["cli"]] if f.metadata.get("cli") else []):
                 flags.setdefault(flag, []).append(name)
@@ -486,6 +482,7 @@ def operator_table(figures: dict) -> str:
 
 
 def _config(args) -> int:
+    from evogrid.utils.config import unused_options
     from evogrid.workflows.registry import algorithms, resolve
 
     try:
@@ -493,7 +490,7 @@ def _config(args) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     print(f"{config_cls.__name__} ({name}, {workflow_cls.__name__}); algorithms: {', '.join(algorithms())}")
-    unused = _unused(config_cls, name)
+    unused = unused_options(config_cls, name)
     for field, kind, default, help_text in config_cls.describe():
         if field not in unused:
             print(f"  {field:<24} {_shown(default):<14} {help_text} [{kind}]")

@@ -10,6 +10,7 @@ import pytest
 
 from evogrid.envs import list_tasks, make
 from evogrid.safety import shield
+from evogrid.utils.config import unused_options
 from evogrid.workflows.registry import algorithms, build, config_class
 
 SMALL = {"pop_size": 4, "agents": 2, "episodes_per_individual": 1, "episodes": 1, "hidden": (4,), "eval_episodes": 1,
@@ -18,16 +19,15 @@ SMALL = {"pop_size": 4, "agents": 2, "episodes_per_individual": 1, "episodes": 1
          "safety": "off"}   # the layer's own contract is the task test below (and tests/test_safety.py)
 TASK = {"coevo": "gencos-case5", "attack": "tso-case14-n1"}
 OWN = {"GA": {"elite": 1}}   # options only one algorithm takes (the others refuse them)
-UNUSED = {"apg": ("pop_size",)}   # and options an algorithm refuses (one member, trained by gradients)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", algorithms())
 def test_every_algorithm_compiles_once_and_steps(name):
-    fields = {f.name for f in dataclasses.fields(config_class(name))}
+    cls = config_class(name)
+    fields = {f.name for f in dataclasses.fields(cls)} - set(unused_options(cls, name))   # it refuses other algorithms' options
     task = TASK.get(name, "tso-case5")
-    values = {"algorithm": name, "task": task, **{k: v for k, v in SMALL.items() if k in fields and k not in UNUSED.get(name, ())},
-              **OWN.get(name, {})}
+    values = {"algorithm": name, "task": task, **{k: v for k, v in SMALL.items() if k in fields}, **OWN.get(name, {})}
     env, params = make(task, max_steps=4, n_days=4)
     _, wf = build(values, env, params)
     state = wf.init()

@@ -100,6 +100,13 @@ def refuse_unused(config, chooser: str, owners: dict) -> None:
             raise ValueError(f"{name} is not used by {chosen} (it is an option of {', '.join(users)}); leave it unset")
 
 
+def unused_options(config_cls, value: str) -> list[str]:
+    """The options of `config_cls` that `value` of its chooser (e.g. the algorithm) does not use, from the
+    class's `_owners()` (the map `refuse_unused` checks): the options the CLI leaves out for it."""
+    owners = config_cls._owners() if hasattr(config_cls, "_owners") else {}
+    return [field for field, users in owners.items() if value not in users]
+
+
 class Config:
     """Base of the frozen config dataclasses: checked on construction, dict round trip."""
 

@@ -43,8 +43,8 @@ class APGConfig(ECConfig):
 
     @classmethod
     def _owners(cls) -> dict:
-        return {"pop_size": ALGORITHMS, "sigma": ALGORITHMS, "eval_block": ALGORITHMS, "elite": ("GA",),
-                "mutation_rate": ("GA",)}
+        population = {name: ALGORITHMS for name in ("pop_size", "sigma", "eval_block")}
+        return {**population, **super()._owners(), "learning_rate": ("apg",)}
 
 
 @dataclasses.dataclass(frozen=True)

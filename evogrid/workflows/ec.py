@@ -89,8 +89,7 @@ class ECConfig(ConstraintConfig):
 
     @classmethod
     def _owners(cls) -> dict:
-        """Options only some algorithms use -> those algorithms (`refuse_unused`; `evogrid config` leaves the
-        others' out)."""
+        """Options only some algorithms use -> those algorithms (`refuse_unused`, `unused_options`)."""
         return {"learning_rate": OPTIMISED, "elite": ("GA",), "mutation_rate": ("GA",)}
 
 
