@@ -68,3 +68,18 @@ def test_resume_continues_bit_identically(tmp_path):
     assert int(s_res.generation) == 4
     for a, b in zip(jax.tree_util.tree_leaves(s_full), jax.tree_util.tree_leaves(s_res)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_step_without_a_finite_gradient_changes_nothing():
+    """A NaN in the parameters makes the gradient NaN: that step keeps the parameters and Adam's state as
+    they were (a zero gradient would still move them by Adam's moments) and is counted."""
+    env, params = make("tso-case5", max_steps=6, n_days=4)
+    wf = APGWorkflow(APGConfig(task="tso-case5", episodes_per_individual=2, hidden=(8,), safety="off"), env, params)
+    state, metrics = wf.step(wf.init())
+    assert float(metrics["nonfinite_grad"]) == 0.0
+    poisoned = state.es_state["params"].at[0].set(jnp.nan)
+    state = state.replace(es_state={**state.es_state, "params": poisoned})
+    after, metrics = wf.step(state)
+    assert float(metrics["nonfinite_grad"]) == 1.0
+    for a, b in zip(jax.tree_util.tree_leaves(state.es_state), jax.tree_util.tree_leaves(after.es_state)):
+        np.testing.assert_array_equal(a, b)

@@ -28,6 +28,7 @@ import optax
 
 from evogrid.rollout import play_days
 from evogrid.utils.config import param
+from evogrid.utils.jax_utils import tree_where
 from evogrid.workflows.ec import ALGORITHMS, ECConfig, ECState, ECWorkflow, pool_moments
 
 
@@ -86,8 +87,9 @@ class APGWorkflow(ECWorkflow):
 
         (_, metrics), grad = jax.value_and_grad(loss, has_aux=True)(flat)
         finite = jnp.all(jnp.isfinite(grad))
-        updates, opt = self.strategy.optimizer.update(jnp.where(finite, grad, 0.0), state.es_state["opt"], flat)
-        es_state = {"params": optax.apply_updates(flat, updates), "opt": opt}
+        updates, opt = self.strategy.optimizer.update(grad, state.es_state["opt"], flat)
+        # a zero gradient would still move Adam's parameters by its decaying moments: keep the whole state
+        es_state = tree_where(finite, {"params": optax.apply_updates(flat, updates), "opt": opt}, state.es_state)
         returns, costs = metrics["episode_return"], metrics["episode_cost"]
         due = state.generation % config.select_every == 0
         best = jax.lax.cond(due, lambda: self._select(state, es_state["params"][None]),
