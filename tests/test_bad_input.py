@@ -182,3 +182,10 @@ def test_ac_task_bad_input(monkeypatch, capsys, tmp_path):
     assert cli.main(["baseline", "--task", "tso-case5-ac"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == 'evogrid: the AC-OPF reference needs PYPOWER: pip install -e ".[oracles]"'
+
+
+def test_setpoint_outputs_off_the_transmission_tasks_are_one_line(tmp_path, capsys):
+    code, _, err = _run(capsys, "train", "--task", "dso-case33bw", "--policy-output", "setpoint", "--generations", "1",
+                        "--out", str(tmp_path / "run"))
+    assert code == 2 and "policy_output='setpoint' outputs the units' set-points, on transmission tasks" in err
+    assert err.count("\n") == 1 and not (tmp_path / "run").exists()

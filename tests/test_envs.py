@@ -8,7 +8,16 @@ from conftest import ppc_of, pypower_opts
 from evogrid.case import load_case
 from evogrid.case.matpower import PD, PG, PMAX, PMIN, QD, QG, VA, VG, VM
 from evogrid.envs import TransGridEnv, list_tasks, make, make_trans_params
-from evogrid.envs.trans import dispatch_action, follow_load, setpoints_in_band, voltage_action
+from evogrid.envs.trans import (
+    asked_dispatch,
+    dispatch_action,
+    follow_load,
+    ramp_window,
+    setpoint_output,
+    setpoint_output_action,
+    setpoints_in_band,
+    voltage_action,
+)
 from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
 
 CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
@@ -245,6 +254,29 @@ def test_load_following_leaves_the_rest_to_the_slack():
         pg = start * float(np.sum(params.load_p[0, 0])) / start.sum()
         _, (_, kept, _, _, _, _) = _one_step(params, dispatch_action(params, jnp.asarray(pg), jnp.asarray(start)))
         np.testing.assert_allclose(np.asarray(kept.pg), pg, rtol=1e-12)
+
+
+@pytest.mark.parametrize("task", ["tso-case5", "tso-case14-ac"])
+def test_setpoint_output_asks_for_the_set_point_from_the_observed_output(task):
+    """policy_output="setpoint": outputs on [Pmin, Pmax] asked for from the last output the observation shows,
+    clipped to the ramp window; voltage set-points pass as they are; `setpoint_output` gives back the output
+    of any action."""
+    with jax.enable_x64(True):
+        env, params = make(task, max_steps=4, n_days=1)
+        n_act, n = env.action_space(params).shape[0], params.pmax.shape[0]
+        obs, state = env.reset_to_day(0, params)
+        obs, state = env.step_env(jax.random.key(0), state, jnp.linspace(-0.9, 0.7, n_act), params)[:2]  # off the start
+        out = jax.random.uniform(jax.random.key(1), (64, n_act), minval=-1.0, maxval=1.0)
+        action = setpoint_output_action(out, obs, params)
+        lo, hi = ramp_window(state.pg, params)
+        wanted = params.pmin + 0.5 * (out[:, :n] + 1.0) * (params.pmax - params.pmin)
+        np.testing.assert_allclose(asked_dispatch(action[:, :n], state.pg, params)[0], jnp.clip(wanted, lo, hi),
+                                   rtol=1e-12, atol=1e-9)
+        np.testing.assert_array_equal(action[:, n:], out[:, n:])
+        assert np.mean(np.abs(action[:, :n]) == 1.0) > 0.3   # the case the clipping is about: far set-points
+        actions = jax.random.uniform(jax.random.key(2), (64, n_act), minval=-1.0, maxval=1.0)
+        np.testing.assert_allclose(setpoint_output_action(setpoint_output(actions, obs, params), obs, params), actions,
+                                   rtol=1e-9, atol=1e-9)
 
 
 def test_thermal_cost_is_positive_when_a_line_overloads():

@@ -154,6 +154,28 @@ def test_operator_init_starts_from_the_mpcs_decisions(short_task):
         assert a.shape == b.shape and a.dtype == b.dtype
 
 
+def test_setpoint_outputs_are_fitted_to_the_set_points_the_mpc_asks_for(short_task):
+    """policy_output='setpoint' with init='operator': the MLP's outputs are fitted to the set-points the MPC's
+    actions ask for (on each unit's [Pmin, Pmax]), not to the actions themselves (positions in the ramp window)."""
+    from evogrid.envs.trans import setpoint_output
+
+    env, params = short_task
+    config = ECConfig(task="tso-case5", pop_size=8, hidden=(16,), safety="off", init="operator", init_days=2,
+                      policy_output="setpoint")
+    wf = ECWorkflow(config, env, params)
+    obs, actions = (jnp.asarray(x) for x in wf.demonstrations())
+    setpoints = setpoint_output(actions, obs, params)
+    assert float(jnp.mean(jnp.abs(setpoints - actions))) > 0.1   # the two targets differ
+
+    def error(state):   # mean |MLP output - the set-point the MPC asked for| on the [-1, 1] scale of [Pmin, Pmax]
+        out = wf.model.apply(wf.unravel(state.best_params), state.best_obs_norm.normalize(obs))
+        return float(jnp.mean(jnp.abs(out - setpoints)))
+
+    fitted = error(wf.init(jax.random.key(0)))
+    unfitted = error(ECWorkflow(dataclasses.replace(config, init="random"), env, params).init(jax.random.key(0)))
+    assert fitted < 0.1 * unfitted, (fitted, unfitted)
+
+
 @pytest.mark.slow
 def test_checkpoint_resume_in_process_and_config_guard(tmp_path, short_task):
     env, params = short_task

@@ -308,7 +308,7 @@ def read_observation(obs, params: TransParams, layout: tuple[int, bool]) -> dict
     n_bus, n_units, n_line = params.dc.ptdf.shape[1], params.pmax.shape[0], params.rate.shape[0]
     tail = n_bus + n_units + n_line + 3   # after the time of day (sin, cos, progress): the forecast, the status
     line_out = obs[tail + n_forecast:tail + n_forecast + n_line] < 0.5 if status else jnp.zeros(n_line, bool)
-    seen = {"load_mw": obs[:n_bus] * params.base_mva, "last_pg": obs[n_bus:n_bus + n_units] / params.inv_pmax,
+    seen = {"load_mw": obs[:n_bus] * params.base_mva, "last_pg": _observed_pg(obs, params),
             "t": jnp.round(obs[tail - 1] * params.max_steps), "forecast_mw": obs[tail:tail + n_forecast] * params.pd_total,
             "line_out": line_out}
     if params.ac:   # after the status: |V| [n_bus], then the voltage-controlled buses' reactive outputs
@@ -355,6 +355,35 @@ def dispatch_action(params: TransParams, pg, prev):
     span = hi - lo
     a = 2.0 * (jnp.asarray(pg) - lo) / jnp.where(span > 0, span, 1.0) - 1.0
     return jnp.clip(jnp.where(span > 0, a, 0.0), -1.0, 1.0)
+
+
+def setpoint_output_action(out, obs, params: TransParams):
+    """The env action [..., n_act] of a policy that outputs set-points: the first n_units entries of `out`
+    (in [-1, 1]) mapped linearly onto each unit's [Pmin, Pmax] and asked for from the last outputs the
+    observation `obs` shows (`dispatch_action`: a set-point out of the ramps' reach asks for the window's
+    nearest end); the rest (AC voltage set-points) passed as they are. The head `policy_output="setpoint"`
+    of the evolved and gradient-trained MLPs puts after the network: a unit's economic set-point depends on
+    the loads, its position in a ramp window also on its last output to a fraction of the ramp."""
+    n = params.pmax.shape[0]
+    pg = params.pmin + 0.5 * (out[..., :n] + 1.0) * (params.pmax - params.pmin)
+    return jnp.concatenate([dispatch_action(params, pg, _observed_pg(obs, params)), out[..., n:]], axis=-1)
+
+
+def setpoint_output(action, obs, params: TransParams):
+    """The output [..., n_act] for which `setpoint_output_action` gives `action` after observation `obs` (the
+    set-point the action asks for, on the [-1, 1] scale of [Pmin, Pmax]): what an MLP with that head is fitted
+    to when it imitates the operator's actions."""
+    n = params.pmax.shape[0]
+    pg = asked_dispatch(action[..., :n], _observed_pg(obs, params), params)[0]
+    span = params.pmax - params.pmin
+    out = jnp.where(span > 0, 2.0 * (pg - params.pmin) / jnp.where(span > 0, span, 1.0) - 1.0, 0.0)
+    return jnp.concatenate([out, action[..., n:]], axis=-1)
+
+
+def _observed_pg(obs, params: TransParams):
+    """The units' last outputs [..., n_units] MW in observations `obs` [..., obs_dim] (`_obs`'s layout)."""
+    n_bus, n_units = params.dc.ptdf.shape[1], params.pmax.shape[0]
+    return obs[..., n_bus:n_bus + n_units] / params.inv_pmax
 
 
 def follow_load(pg, lo, hi, demand):

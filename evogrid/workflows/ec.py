@@ -58,6 +58,10 @@ class ECConfig(ConstraintConfig):
     episodes_per_individual: int = param(4, "episodes each individual plays per generation", lo=1, cli="--episodes")
     hidden: tuple[int, ...] = param((32, 32), "MLP hidden layer widths", lo=1)
     activation: str = param("tanh", "MLP activation", choices=tuple(ACTIVATIONS))
+    policy_output: str = param("action", "what the MLP outputs: 'action' (the env's actions: on transmission tasks "
+                               "each unit's position in its ramp window) or 'setpoint' (transmission tasks: each "
+                               "unit's set-point in [Pmin, Pmax], asked for from the last output it observes)",
+                               choices=("action", "setpoint"))
     init: str = param("random", "where the search starts: random MLP weights, or 'operator': the MLP fitted to the "
                       "operator's MPC on training days (behaviour cloning; transmission and dso tasks; search near "
                       "it with a smaller sigma, e.g. 0.02)",
@@ -133,6 +137,7 @@ class ECWorkflow(Workflow):
             raise ValueError(f"eval_block {config.eval_block} must divide each device's share of the population "
                              f"({share} = pop_size {config.pop_size} / {self.mesh.devices.size} devices)")
         self.model, _, _ = make_vmap_mlp(self.obs_dim, self.act_dim, config.hidden, config.activation)
+        self.head = self._head(config.policy_output)
         flat, self.unravel = flat_init(self.model, jax.random.key(0), self.obs_dim)
         self.num_params = flat.shape[0]
         self.strategy = self.make_strategy(flat)
@@ -178,17 +183,20 @@ class ECWorkflow(Workflow):
         """(flat MLP parameters [D], observation statistics) the search starts from: random weights, or with
         `init="operator"` the MLP fitted (`networks.imitate`) to the operator's MPC played on the first
         `init_days` training days (`demonstrations`, through the env as the workflow plays it, layer
-        included), with those days' observation statistics."""
+        included), with those days' observation statistics (with `policy_output="setpoint"`, fitted to the
+        set-points the MPC's actions ask for)."""
         mean, _ = flat_init(self.model, key, self.obs_dim)
         norm = RunningNorm.create(self.obs_dim)
         if self.config.init == "random" or not fitted:
             return mean, norm
         obs, actions = self.demonstrations()
-        obs = jnp.asarray(obs, mean.dtype)
+        obs, actions = jnp.asarray(obs, mean.dtype), jnp.asarray(actions, mean.dtype)
+        if self.head is not None:   # the outputs that give the operator's actions
+            actions = self.head[1](actions, obs)
         if self.config.obs_norm:
             norm = norm.update(obs)
             obs = norm.normalize(obs)
-        params, _ = imitate(self.model, self.unravel(mean), obs, jnp.asarray(actions, mean.dtype))
+        params, _ = imitate(self.model, self.unravel(mean), obs, actions)
         return ravel_pytree(params)[0], norm
 
     def demonstrations(self):
@@ -216,11 +224,26 @@ class ECWorkflow(Workflow):
         )
         return replicate(state, self.mesh)  # the state lives replicated on the mesh
 
+    def _head(self, output: str):
+        """(head(out, obs) -> action, its inverse target(action, obs) -> out) after the MLP, None for 'action'."""
+        if output == "action":
+            return None
+        from evogrid.envs.trans import TransGridEnv, setpoint_output, setpoint_output_action
+        from evogrid.safety import Shielded
+
+        if not isinstance(self.env.env if isinstance(self.env, Shielded) else self.env, TransGridEnv):
+            raise ValueError(f"policy_output='setpoint' outputs the units' set-points, on transmission tasks (tso-*) "
+                             f"only; {self.config.task} has no units to dispatch: use policy_output='action'")
+        params = self.env_params   # the grid's constants (Pmin, Pmax, ramps), the same on every split
+        return (lambda out, obs: setpoint_output_action(out, obs, params),
+                lambda action, obs: setpoint_output(action, obs, params))
+
     def _policy(self, flat_params, norm: RunningNorm):
         params = self.unravel(flat_params)
 
         def act(obs):
-            return self.model.apply(params, norm.normalize(obs) if self.config.obs_norm else obs)
+            out = self.model.apply(params, norm.normalize(obs) if self.config.obs_norm else obs)
+            return out if self.head is None else self.head[0](out, obs)
 
         return act
 
