@@ -103,3 +103,43 @@ def test_distributed_needs_an_output_directory():
                           "--num-processes", "1", "--process-id", "0", "--generations", "1"],
                          env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "--distributed needs --out" in out.stderr
+
+
+APG_RUN = """
+import json, jax, numpy as np
+from evogrid.envs import make
+from evogrid.workflows import APGConfig, APGWorkflow
+env, params = make("tso-case5", max_steps=8, n_days=12)
+wf = APGWorkflow(APGConfig(task="tso-case5", hidden=(8,), episodes_per_individual=4, select_every=1), env, params)
+state = wf.init(jax.random.key(0))
+rows = []
+for _ in range(3):
+    state, m = wf.step(state)
+    rows.append([float(m["return_mean"]), float(m["grad_norm"]), float(m["val_return"])])
+print(json.dumps({"devices": len(jax.devices()), "rows": rows, "params": np.asarray(state.es_state["params"]).tolist()}))
+"""
+
+
+@pytest.mark.slow   # subprocesses
+def test_apg_splits_its_days_over_two_devices():
+    """Each device plays half of a step's days; the gradient is summed over both: the same steps as on one
+    device up to that sum's rounding (a missing sum would halve the gradient)."""
+    runs = []
+    for devices in (1, 2):
+        out = subprocess.run([sys.executable, "-c", APG_RUN], env=_env(devices), cwd=ROOT, capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert [r["devices"] for r in runs] == [1, 2]
+    np.testing.assert_allclose(runs[1]["rows"], runs[0]["rows"], rtol=1e-5)
+    np.testing.assert_allclose(runs[1]["params"], runs[0]["params"], rtol=1e-4, atol=1e-7)
+
+
+def test_apg_days_must_split_evenly_over_devices():
+    from evogrid.envs import make
+    from evogrid.workflows import APGConfig, APGWorkflow
+
+    env, params = make("tso-case5", max_steps=4, n_days=4)
+    two = types.SimpleNamespace(devices=np.empty(2))
+    with pytest.raises(ValueError, match="each step's 3 days cannot be split evenly over the 2 devices"):
+        APGWorkflow(APGConfig(task="tso-case5", episodes_per_individual=3), env, params, mesh=two)

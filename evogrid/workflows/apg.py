@@ -15,8 +15,10 @@ error (the operator's decisions sit where a limit binds), and a gradient gives t
 evolution strategy has to sample. It is the ECWorkflow loop with one member: the same start (random, or
 with `init="operator"` the MLP fitted to the MPC's decisions), observation statistics, choice on the
 validation days every `select_every` steps and evaluation; a checkpoint holds the parameters and
-Adam's moments. It runs on one device (there is no population to split). A step whose gradient is not
-finite is skipped (no update) and counted in the metric `nonfinite_grad`.
+Adam's moments. On several devices each plays its share of a step's days (their count must divide
+evenly), and the gradient is summed over the devices: the same step as on one device up to the rounding
+of that sum. A step whose gradient is not finite is skipped (no update) and counted in the metric
+`nonfinite_grad`.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import optax
 from evogrid.rollout import play_days
 from evogrid.utils.config import param
 from evogrid.utils.jax_utils import tree_where
+from evogrid.utils.sharding import POP_AXIS
 from evogrid.workflows.ec import ALGORITHMS, ECConfig, ECState, ECWorkflow, pool_moments
 
 
@@ -67,9 +70,30 @@ class APGWorkflow(ECWorkflow):
 
     unit = "step"
 
+    def __init__(self, config: APGConfig = APGConfig(), env=None, env_params=None, mesh=None):
+        super().__init__(config, env, env_params, mesh)
+        n_days, n_dev = min(config.episodes_per_individual, self.env.num_days(self.env_params)), self.mesh.devices.size
+        if n_days % n_dev:
+            raise ValueError(f"each step's {n_days} days cannot be split evenly over the {n_dev} devices of the mesh: "
+                             f"use episodes_per_individual a multiple of {n_dev}, or pass mesh=population_mesh("
+                             "jax.devices()[:k]) with k dividing it")
+
     def make_strategy(self, flat):
         config = self.config
         return GradientStep(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(config.learning_rate)))
+
+    def _play_days(self, flat, norm, days, key):
+        """`play_days` metrics [n_days, ...] of the policy `flat` on `days`, replicated: on several devices each
+        plays its share of the days (`shard_map`) and an all-gather hands every device all of them."""
+        def play(flat, days):
+            return play_days(self.env, self.env_params, self._policy(flat, norm), days=days, key=key,
+                             obs_moments=self.config.obs_norm)
+
+        if self.mesh.devices.size == 1:
+            return play(flat, days)
+        P = jax.sharding.PartitionSpec
+        return jax.shard_map(lambda f, d: jax.lax.all_gather(play(f, d), POP_AXIS, tiled=True), mesh=self.mesh,
+                             in_specs=(P(), P(POP_AXIS)), out_specs=P(), check_vma=False)(flat, days)
 
     def _step(self, state: ECState):
         config = self.config
@@ -80,8 +104,7 @@ class APGWorkflow(ECWorkflow):
         flat = state.es_state["params"]
 
         def loss(flat):
-            metrics = play_days(self.env, self.env_params, self._policy(flat, state.obs_norm), days=days, key=k_play,
-                                obs_moments=config.obs_norm)
+            metrics = self._play_days(flat, state.obs_norm, days, k_play)
             fitness = self.fitness(metrics["episode_return"], metrics["episode_cost"], state.lagrangian)
             return -jnp.mean(fitness), metrics
 
