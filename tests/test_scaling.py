@@ -143,3 +143,5 @@ def test_apg_days_must_split_evenly_over_devices():
     two = types.SimpleNamespace(devices=np.empty(2))
     with pytest.raises(ValueError, match="each step's 3 days cannot be split evenly over the 2 devices"):
         APGWorkflow(APGConfig(task="tso-case5", episodes_per_individual=3), env, params, mesh=two)
+    three = types.SimpleNamespace(devices=np.empty(3))   # the population's size (64 by default) is not APG's concern
+    APGWorkflow(APGConfig(task="tso-case5", episodes_per_individual=3), env, params, mesh=three)

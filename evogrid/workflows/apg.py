@@ -70,13 +70,14 @@ class APGWorkflow(ECWorkflow):
 
     unit = "step"
 
-    def __init__(self, config: APGConfig = APGConfig(), env=None, env_params=None, mesh=None):
-        super().__init__(config, env, env_params, mesh)
-        n_days, n_dev = min(config.episodes_per_individual, self.env.num_days(self.env_params)), self.mesh.devices.size
+    def check_mesh(self):
+        """A step's days, not a population, are split over the devices: their count must divide evenly."""
+        n_days = min(self.config.episodes_per_individual, self.env.num_days(self.env_params))
+        n_dev = self.mesh.devices.size
         if n_days % n_dev:
             raise ValueError(f"each step's {n_days} days cannot be split evenly over the {n_dev} devices of the mesh: "
-                             f"use episodes_per_individual a multiple of {n_dev}, or pass mesh=population_mesh("
-                             "jax.devices()[:k]) with k dividing it")
+                             f"use episodes_per_individual (--episodes) a multiple of {n_dev}, or pass "
+                             "mesh=population_mesh(jax.devices()[:k]) with k dividing it")
 
     def make_strategy(self, flat):
         config = self.config

@@ -130,12 +130,7 @@ class ECWorkflow(Workflow):
         pop_size must be a multiple of its size."""
         super().__init__(config, env, env_params)
         self.mesh = population_mesh() if mesh is None else mesh
-        check_divisible(config.pop_size, self.mesh)
-        share = config.pop_size // self.mesh.devices.size
-        self.block = config.eval_block or share
-        if share % self.block:
-            raise ValueError(f"eval_block {config.eval_block} must divide each device's share of the population "
-                             f"({share} = pop_size {config.pop_size} / {self.mesh.devices.size} devices)")
+        self.check_mesh()
         self.model, _, _ = make_vmap_mlp(self.obs_dim, self.act_dim, config.hidden, config.activation)
         self.head = self._head(config.policy_output)
         flat, self.unravel = flat_init(self.model, jax.random.key(0), self.obs_dim)
@@ -155,6 +150,16 @@ class ECWorkflow(Workflow):
                                  f"{config.task}")
 
     # --- hooks ---------------------------------------------------------------------------
+    def check_mesh(self):
+        """Refuse a population that does not split evenly over `self.mesh`; set `self.block` (eval_block)."""
+        config = self.config
+        check_divisible(config.pop_size, self.mesh)
+        share = config.pop_size // self.mesh.devices.size
+        self.block = config.eval_block or share
+        if share % self.block:
+            raise ValueError(f"eval_block {config.eval_block} must divide each device's share of the population "
+                             f"({share} = pop_size {config.pop_size} / {self.mesh.devices.size} devices)")
+
     info_sums: tuple[str, ...] = ()   # per-step info entries each individual's episodes also sum (`rollout`)
 
     def fitness(self, returns, costs, lagrangian: Lagrangian):
