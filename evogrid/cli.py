@@ -349,8 +349,11 @@ def _evaluation(workflow, ev) -> dict:
 
 def _layer_words(workflow) -> str:
     """Whether the task's safety layer stands between the policy and the grid (and where the search started,
-    when not from random weights), for the run's header line."""
+    when not from random weights, and what the MLP outputs, when not the env's actions), for the run's
+    header line."""
     start = "; started from the MPC's decisions" if getattr(workflow.config, "init", "random") == "operator" else ""
+    if getattr(workflow.config, "policy_output", "action") == "setpoint":
+        start += "; the MLP outputs set-points"
     if not getattr(workflow, "layer_on", False):
         return "safety layer off: the raw policy" + start
     return f"safety layer on: {type(workflow.env.layer).__name__}" + start

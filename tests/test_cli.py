@@ -198,3 +198,13 @@ def test_ctrl_c_saves_and_resume_takes_the_run_config(tmp_path, full_run):
     resumed = _cli("train", "--resume", "--out", str(run), "--generations", str(total))
     assert resumed.returncode == 0, resumed.stderr
     assert metrics_rows(run / "metrics.jsonl") == metrics_rows(full_run / "metrics.jsonl")
+
+
+def test_the_run_header_says_what_stands_between_the_network_and_the_grid():
+    from evogrid.cli import _layer_words
+    from evogrid.workflows import ECConfig, ECWorkflow
+
+    plain = _layer_words(ECWorkflow(ECConfig(task="tso-case5", pop_size=8)))
+    assert plain == "safety layer on: RedispatchLayer"
+    raw = _layer_words(ECWorkflow(ECConfig(task="tso-case5", pop_size=8, safety="off", policy_output="setpoint")))
+    assert raw == "safety layer off: the raw policy; the MLP outputs set-points"
