@@ -52,6 +52,17 @@ def gather(tree, mesh: Mesh):
     return jax.lax.with_sharding_constraint(tree, NamedSharding(mesh, P()))
 
 
+def split_and_gather(fn, mesh: Mesh, sharded, *replicated):
+    """Inside jit: `fn(slice, *replicated)` on each device of `mesh` for its slice of `sharded`'s leading axis
+    (`shard_map`), then an explicit all-gather: `fn`'s results for the whole axis, in order, on every device.
+    `replicated` are passed whole to every device (differentiating through them sums their cotangents over
+    the devices). `fn` holds no other collective, so check_vma=False lets replicated inputs and closed-over
+    values (keys, statistics) seed per-device scans."""
+    in_specs = (P(POP_AXIS),) + (P(),) * len(replicated)
+    return jax.shard_map(lambda part, *rest: jax.lax.all_gather(fn(part, *rest), POP_AXIS, tiled=True), mesh=mesh,
+                         in_specs=in_specs, out_specs=P(), check_vma=False)(sharded, *replicated)
+
+
 def initialize_distributed(coordinator: str | None = None, num_processes: int | None = None,
                            process_id: int | None = None) -> None:
     """Start JAX's distributed runtime before any computation.

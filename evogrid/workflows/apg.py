@@ -31,7 +31,7 @@ import optax
 from evogrid.rollout import play_days
 from evogrid.utils.config import param
 from evogrid.utils.jax_utils import tree_where
-from evogrid.utils.sharding import POP_AXIS
+from evogrid.utils.sharding import split_and_gather
 from evogrid.workflows.ec import ALGORITHMS, ECConfig, ECState, ECWorkflow, pool_moments
 
 
@@ -85,16 +85,14 @@ class APGWorkflow(ECWorkflow):
 
     def _play_days(self, flat, norm, days, key):
         """`play_days` metrics [n_days, ...] of the policy `flat` on `days`, replicated: on several devices each
-        plays its share of the days (`shard_map`) and an all-gather hands every device all of them."""
+        plays its share of the days and an all-gather hands every device all of them (`split_and_gather`)."""
         def play(flat, days):
             return play_days(self.env, self.env_params, self._policy(flat, norm), days=days, key=key,
                              obs_moments=self.config.obs_norm)
 
         if self.mesh.devices.size == 1:
             return play(flat, days)
-        P = jax.sharding.PartitionSpec
-        return jax.shard_map(lambda f, d: jax.lax.all_gather(play(f, d), POP_AXIS, tiled=True), mesh=self.mesh,
-                             in_specs=(P(), P(POP_AXIS)), out_specs=P(), check_vma=False)(flat, days)
+        return split_and_gather(lambda d, f: play(f, d), self.mesh, days, flat)
 
     def _step(self, state: ECState):
         config = self.config

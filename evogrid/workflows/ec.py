@@ -37,11 +37,11 @@ from evogrid.rollout import play_days, rollout
 from evogrid.utils.config import param, refuse_unused
 from evogrid.utils.jax_utils import tree_where
 from evogrid.utils.sharding import (
-    POP_AXIS,
     check_divisible,
     gather,
     population_mesh,
     replicate,
+    split_and_gather,
 )
 from evogrid.workflows.base import EVAL_SEED, Chosen, Workflow
 
@@ -132,7 +132,7 @@ class ECWorkflow(Workflow):
         self.mesh = population_mesh() if mesh is None else mesh
         self.check_mesh()
         self.model, _, _ = make_vmap_mlp(self.obs_dim, self.act_dim, config.hidden, config.activation)
-        self.head = self._head(config.policy_output)
+        self.head, self.head_target = self._head(config.policy_output)
         flat, self.unravel = flat_init(self.model, jax.random.key(0), self.obs_dim)
         self.num_params = flat.shape[0]
         self.strategy = self.make_strategy(flat)
@@ -150,6 +150,8 @@ class ECWorkflow(Workflow):
                                  f"{config.task}")
 
     # --- hooks ---------------------------------------------------------------------------
+    info_sums: tuple[str, ...] = ()   # per-step info entries each individual's episodes also sum (`rollout`)
+
     def check_mesh(self):
         """Refuse a population that does not split evenly over `self.mesh`; set `self.block` (eval_block)."""
         config = self.config
@@ -159,8 +161,6 @@ class ECWorkflow(Workflow):
         if share % self.block:
             raise ValueError(f"eval_block {config.eval_block} must divide each device's share of the population "
                              f"({share} = pop_size {config.pop_size} / {self.mesh.devices.size} devices)")
-
-    info_sums: tuple[str, ...] = ()   # per-step info entries each individual's episodes also sum (`rollout`)
 
     def fitness(self, returns, costs, lagrangian: Lagrangian):
         """Fitness to maximise from mean episode returns [pop] and summed cost channels [pop, C]."""
@@ -196,8 +196,8 @@ class ECWorkflow(Workflow):
             return mean, norm
         obs, actions = self.demonstrations()
         obs, actions = jnp.asarray(obs, mean.dtype), jnp.asarray(actions, mean.dtype)
-        if self.head is not None:   # the outputs that give the operator's actions
-            actions = self.head[1](actions, obs)
+        if self.head_target is not None:   # the outputs that give the operator's actions
+            actions = self.head_target(actions, obs)
         if self.config.obs_norm:
             norm = norm.update(obs)
             obs = norm.normalize(obs)
@@ -230,9 +230,10 @@ class ECWorkflow(Workflow):
         return replicate(state, self.mesh)  # the state lives replicated on the mesh
 
     def _head(self, output: str):
-        """(head(out, obs) -> action, its inverse target(action, obs) -> out) after the MLP, None for 'action'."""
+        """(head(out, obs) -> action after the MLP, its inverse target(action, obs) -> out); (None, None) for
+        'action'."""
         if output == "action":
-            return None
+            return None, None
         from evogrid.envs.trans import TransGridEnv, setpoint_output, setpoint_output_action
         from evogrid.safety import Shielded
 
@@ -248,7 +249,7 @@ class ECWorkflow(Workflow):
 
         def act(obs):
             out = self.model.apply(params, norm.normalize(obs) if self.config.obs_norm else obs)
-            return out if self.head is None else self.head[0](out, obs)
+            return out if self.head is None else self.head(out, obs)
 
         return act
 
@@ -261,8 +262,6 @@ class ECWorkflow(Workflow):
         """Metrics of every individual ([pop, ...], replicated): each device plays its slice of the
         population in blocks, then an explicit all-gather hands every device the whole result (so
         no reduction over the population can be split across devices by the partitioner)."""
-        P = jax.sharding.PartitionSpec
-
         def play(pop):
             return jax.vmap(self._play, in_axes=(0, None, None, None))(pop, key, norm, self.episodes)
 
@@ -270,15 +269,13 @@ class ECWorkflow(Workflow):
             return play(population)  # one device, one block: the plain vmap (fastest)
 
         def local(pop):
-            if self.config.eval_block:  # fixed blocks: the same loop program on any device count
-                out = jax.lax.map(play, pop.reshape(-1, self.block, pop.shape[-1]))
-                out = jax.tree_util.tree_map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), out)
-            else:
-                out = play(pop)
-            return jax.lax.all_gather(out, POP_AXIS, tiled=True)
+            if not self.config.eval_block:
+                return play(pop)
+            # fixed blocks: the same loop program on any device count
+            out = jax.lax.map(play, pop.reshape(-1, self.block, pop.shape[-1]))
+            return jax.tree_util.tree_map(lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), out)
 
-        # no other collectives inside: check_vma=False lets replicated inputs (key, norm) seed per-device scans
-        return jax.shard_map(local, mesh=self.mesh, in_specs=P(POP_AXIS), out_specs=P(), check_vma=False)(population)
+        return split_and_gather(local, self.mesh, population)
 
     def _step(self, state: ECState):
         key = jax.random.wrap_key_data(state.key)
