@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from evogrid.physics import host_float64
+
 from evogrid.baselines import ac, dcmg, feeder, market, tso  # noqa: F401  (each registers its family's reference)
 from evogrid.baselines.report import (  # noqa: F401  (re-exported: the report readers)
     Reference,
@@ -87,12 +89,10 @@ def baseline(task: str, split: str = "test", refresh: bool = False, operators: b
     tasks that have them (transmission, DC and AC, and dso)."""
     report = _oracle_report(task, split, refresh)
     if operators and reference(task).operators:
-        import jax
-
         from evogrid.baselines.operators import operator_policies
         from evogrid.envs import make
 
-        with jax.enable_x64(True):
+        with host_float64():
             env, params = make(task, split=split)
             path = _cache_path(task, split, params, observed=True)
             if path.is_file() and not refresh:
@@ -143,8 +143,6 @@ def reference(task: str) -> Reference | None:
 
 
 def _oracle_report(task: str, split: str, refresh: bool) -> dict:
-    import jax
-
     from evogrid.envs import make
     from evogrid.envs.registry import parse_task
 
@@ -153,7 +151,7 @@ def _oracle_report(task: str, split: str, refresh: bool) -> dict:
         raise ValueError(f"no optimisation baseline for task {task!r}; baselines exist for the transmission "
                          "tasks (tso-case5, tso-case14, tso-case118-ac, tso-case14-n1, ...), dso-case33bw, "
                          "ders-case141, dcmg and the gencos tasks (competitive reference)")
-    with jax.enable_x64(True):
+    with host_float64():
         env, params = make(task, split=split)
         path = _cache_path(task, split, params)
         if path.is_file() and not refresh:

@@ -47,7 +47,7 @@ from evogrid.envs.profiles import (
     time_features,
 )
 from evogrid.envs.spaces import Box
-from evogrid.physics import Battery, as_float, battery_limits, battery_step, make_battery
+from evogrid.physics import Battery, as_float, host_setup, battery_limits, battery_step, make_battery
 
 
 @struct.dataclass
@@ -199,6 +199,7 @@ def it_workload_profiles(n_days: int, n_steps: int, delta_t_hours: float, peak_m
     return np.clip(out, 0.0, None)
 
 
+@host_setup
 def make_dcmg_params(max_steps: int = 288, delta_t_hours: float = 1.0 / 12.0, *, n_days: int | None = None, seed: int = 0,
                      split: str = "all", profiles: str = "synthetic",
                      it_peak_mw: float = 1.2, deferrable: float = 0.3, deadline_steps: int = 24,

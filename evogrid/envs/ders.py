@@ -37,7 +37,7 @@ from evogrid.envs.dist import (
 from evogrid.envs.environment import money_unit, sanitize_action
 from evogrid.envs.profiles import FORECAST_ERROR, price_days
 from evogrid.envs.spaces import Box
-from evogrid.physics import Battery, as_float, battery_step, make_battery
+from evogrid.physics import Battery, as_float, host_setup, battery_step, make_battery
 
 
 @struct.dataclass
@@ -117,6 +117,7 @@ class DEREnv(DistGridEnv):
         return specs
 
 
+@host_setup
 def make_der_params(case: Case | str = "141", max_steps: int = 48, delta_t_hours: float = 0.5, *,
                     battery_buses=(51, 80, 86), battery_mw=0.5, battery_mwh=2.0, eta_charge: float = 0.95,
                     eta_discharge: float = 0.95, soc_min: float = 0.1, soc_max: float = 0.9, soc_init: float = 0.5,

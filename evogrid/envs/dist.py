@@ -42,6 +42,7 @@ from evogrid.envs.spaces import Box
 from evogrid.physics import (
     RadialNetwork,
     as_float,
+    host_setup,
     backward_forward_sweep,
     make_radial_network,
 )
@@ -275,6 +276,7 @@ def flex_action(share, deadband):
     return np.where(share == 0.0, 0.0, np.sign(share) * (deadband + (1.0 - deadband) * np.abs(share)))
 
 
+@host_setup
 def make_dist_params(case: Case | str = "33bw", max_steps: int = 48, delta_t_hours: float = 0.5, *,
                      pv_buses=(18, 22, 25, 33), pv_rating_mw: float = 0.4, inverter_oversize: float = 1.1,
                      flex_buses=(7, 8, 24, 25, 30, 32), shift_max: float = 0.2, flex_deadband: float = FLEX_DEADBAND, n_days: int | None = None, seed: int = 0,

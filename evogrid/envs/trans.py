@@ -100,6 +100,7 @@ from evogrid.physics import (
     contingency_flows,
     dc_line_flows,
     generation_cost,
+    host_setup,
     jacobian,
     make_ac_network,
     make_dc_network,
@@ -454,6 +455,7 @@ def _solve(pg, vset, load_p, load_q, state, params: TransParams, out):
     return others + ps * params.slack, flow, jnp.abs(v), jnp.angle(v), qg.astype(pg.dtype), extra
 
 
+@host_setup
 def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: float = 0.5, *, ac: bool = False,
                       ac_method: str | None = None, ac_iters: int | None = None, enforce_q_limits: bool = False, n_days: int | None = None, seed: int = 0,
                       split: str = "all", profiles: str = "synthetic", reward_scale: float = 1e-3, default_ramp_per_hour: float | None = None,

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from evogrid.case import Case
 from evogrid.case.matpower import PD, PMAX, PMIN, QD, QG, VG, VMAX, VMIN
-from evogrid.physics import make_dc_network
+from evogrid.physics import host_float64, make_dc_network
 
 SLOW_RAMP, FAST_RAMP = 0.03, 0.5  # share of Pmax per hour: the cheaper half of the fleet, the rest (merit_ramp_rates)
 N1_RATING = 1.25      # post-contingency limit: this times the line rating (a short-term emergency rating)
@@ -66,7 +65,7 @@ def merit_ramp_rates(case: Case) -> np.ndarray:
     from evogrid.physics import generation_cost, make_gen_cost
 
     mid = 0.5 * (case.gen[:, PMIN] + case.gen[:, PMAX])
-    with jax.enable_x64(True):
+    with host_float64():
         cost = make_gen_cost(case)
         h = 1e-3 * np.maximum(case.gen[:, PMAX] - case.gen[:, PMIN], 1.0)
         marginal = (np.asarray(generation_cost(cost, jnp.asarray(mid + h))) - np.asarray(generation_cost(cost, jnp.asarray(mid - h)))) / (2 * h)
@@ -82,7 +81,7 @@ def _economic_dispatch_flows(case: Case, ac: bool = False) -> np.ndarray:
     unit covering the losses)."""
     from evogrid.physics import branch_flows, economic_dispatch, make_ac_network, newton_raphson
 
-    with jax.enable_x64(True):
+    with host_float64():
         net = make_dc_network(case)
         ptdf, flow0, gs = (np.asarray(x, np.float64) for x in (net.ptdf, net.flow0, net.gs_total))
         pd = case.bus[:, PD]

@@ -4,7 +4,7 @@ Each `make_*` runs once at set-up in NumPy (float64) and returns a pytree of
 arrays in JAX's default float dtype (float32, or float64 with x64 enabled);
 the solvers are jit/vmap-safe functions of those arrays.
 """
-from evogrid.physics._common import as_float
+from evogrid.physics._common import as_float, host_float64, host_setup, to_compute
 from evogrid.physics.ac import (
     ACNetwork,
     branch_flows,
@@ -37,7 +37,7 @@ from evogrid.physics.security import (
 )
 
 __all__ = [
-    "ACNetwork", "Battery", "as_float", "DCNetwork", "GenCost", "OutageModel", "RadialNetwork",
+    "ACNetwork", "Battery", "as_float", "host_float64", "host_setup", "to_compute", "DCNetwork", "GenCost", "OutageModel", "RadialNetwork",
     "backward_forward_sweep", "battery_limits", "battery_step", "branch_flows", "bus_injections", "contingency_flows", "dc_line_flows", "dc_power_flow", "economic_dispatch", "generation_cost", "jacobian", "lodf",
     "make_ac_network", "make_battery", "make_dc_network", "make_gen_cost", "make_outage_model", "make_radial_network", "n1_flows",
     "newton_raphson", "newton_raphson_q_limits", "outage_flows",

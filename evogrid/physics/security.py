@@ -15,13 +15,12 @@ An outage set islands the grid exactly when I - ISF[K, K] is singular (for one b
 """
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
 from evogrid.case.matpower import Case
-from evogrid.physics._common import as_float
+from evogrid.physics._common import as_float, host_float64
 
 BRIDGE_TOL = 1e-8  # |1 - ISF[k, k]| below this (float64, at set-up) marks a bridge
 
@@ -42,7 +41,7 @@ def make_outage_model(case: Case) -> OutageModel:
     """Built once in float64 from the case's PTDF (the DC model of `make_dc_network`), then cast."""
     from evogrid.physics.dc import make_dc_network
 
-    with jax.enable_x64(True):
+    with host_float64():
         ptdf = make_dc_network(case).ptdf
         isf = ptdf[:, case.f_bus] - ptdf[:, case.t_bus]
         factors, bridge = lodf(isf, BRIDGE_TOL)

@@ -1,0 +1,202 @@
+"""One table for an accelerator (or any device JAX sees): every task's env-steps/s with and without its safety
+layer, ECWorkflow seconds per generation, and the agreement of the chip's rollouts with the host CPU's.
+
+    python benchmarks/accelerator.py                   # every part, the chip's sizes
+    python benchmarks/accelerator.py --smoke           # small sizes: runs anywhere (CPU included), its own smoke test
+    python benchmarks/accelerator.py --parts envs,agree --tasks tso-case14,tso-case118
+    python benchmarks/accelerator.py --parts audit --tasks tso-case118   # the compiled program's matrix products
+
+Parts:
+  envs   env-steps/s (the PowerZooJax pattern: one jit of batch_reset + uniform actions [N, T, A] + vmap(scan),
+         every output returned), the bare env and "+ layer" (the task's safety layer between the actions and
+         the env), at each batch size N; best of `--repeats` calls after the compile.
+  agree  the same rollout (same keys, N = `--agree-envs`) on the default device and on the host CPU: the largest
+         relative difference of the episode returns, and how many (env, channel) cost sums are zero on one and
+         not on the other ("flips"; a sum counts as zero below 1e-6 p.u.).
+  ec     ECWorkflow (Open_ES, one 48-step episode per individual, MLP 32x32, obs normalisation off) seconds per
+         generation at each population, layer on and off.
+  audit  the optimised program the device compiles for a task's rollout: every matrix product (dot,
+         convolution) with the precision the compiler gave it and the source line it came from; any that
+         runs at the default (on a TPU: bfloat16 passes) is the physics losing digits.
+Writes the table to stdout (and to `--out` when given).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _timing import time_steps
+
+TASKS = ("tso-case5", "tso-case14", "tso-case118", "tso-case14-n1", "tso-case14-ac", "tso-case118-ac",
+         "dso-case33bw", "ders-case141", "dcmg", "gencos-case5", "gencos-case14")
+ZERO_COST = 1e-6    # a summed cost channel below this (p.u. x steps) counts as zero in the flip count
+
+
+def device_line() -> str:
+    dev = jax.devices()[0]
+    stats = dev.memory_stats() if hasattr(dev, "memory_stats") else None
+    memory = f", {stats['bytes_limit'] / 2**30:.1f} GiB" if stats and "bytes_limit" in stats else ""
+    return f"{dev.platform.upper()} {dev.device_kind} x{jax.device_count()}{memory}; jax {jax.__version__}"
+
+
+def task_env(task: str, layer: bool):
+    from evogrid.envs import make
+    from evogrid.safety import shield
+
+    env, params = make(task)
+    return (shield(env, params, "auto") if layer else env), params
+
+
+def layer_choices(task: str) -> tuple[bool, ...]:
+    """(False, True) for a task with a safety layer, (False,) without one."""
+    from evogrid.envs import make
+    from evogrid.safety import make_layer
+
+    env, params = make(task)
+    return (False,) if make_layer(env, params, "auto") is None else (False, True)
+
+
+def build_rollout(env, params, n_envs: int):
+    """jit(key, params) -> (obs, reward [N, T], costs [N, T, C], done): the peer's complete pattern."""
+    from evogrid.utils.jax_utils import batch_reset, scan_rollout, split_key_for_envs
+
+    horizon, n_act = params.max_steps, env.action_space(params).shape[0]
+
+    @jax.jit
+    def run(key, params):
+        k_reset, k_act, k_roll = jax.random.split(key, 3)
+        _, states = batch_reset(env, split_key_for_envs(k_reset, n_envs), params)
+        actions = jax.random.uniform(k_act, (n_envs, horizon, n_act), minval=-1.0, maxval=1.0)
+        one = lambda s, k, a: scan_rollout(env, k, s, params, a)  # noqa: E731
+        _, obs, reward, costs, done, _ = jax.vmap(one)(states, split_key_for_envs(k_roll, n_envs), actions)
+        return obs, reward, costs, done
+
+    return run
+
+
+def env_rate(task: str, layer: bool, n_envs: int, repeats: int) -> tuple[float, float]:
+    """(env-steps/s, compile s) of the rollout of `n_envs` envs."""
+    env, params = task_env(task, layer)
+    run = build_rollout(env, params, n_envs)
+    t0 = time.perf_counter()
+    jax.block_until_ready(run(jax.random.key(0), params))
+    compile_s, best = time.perf_counter() - t0, float("inf")
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(run(jax.random.key(i + 1), params))
+        best = min(best, time.perf_counter() - t0)
+    return n_envs * params.max_steps / best, compile_s
+
+
+def agreement(task: str, layer: bool, n_envs: int) -> tuple[float, int, int]:
+    """(max relative return difference, cost sums flipped, cost sums compared) of the default device against
+    the host CPU, same keys and params."""
+    env, params = task_env(task, layer)
+    run = build_rollout(env, params, n_envs)
+    key = jax.random.key(1)
+    _, reward, costs, _ = jax.device_get(run(key, params))
+    cpu = jax.devices("cpu")[0]
+    with jax.default_device(cpu):
+        _, reward_h, costs_h, _ = jax.device_get(run(jax.device_put(key, cpu), jax.device_put(params, cpu)))
+    ret, ret_h = reward.sum(1).astype(np.float64), reward_h.sum(1).astype(np.float64)
+    rel = float(np.max(np.abs(ret - ret_h) / np.maximum(np.abs(ret_h), 1e-12)))
+    on, on_h = costs.sum(1) > ZERO_COST, costs_h.sum(1) > ZERO_COST
+    return rel, int(np.sum(on != on_h)), int(on.size)
+
+
+def ec_seconds(task: str, pop: int, safety: str, repeats: int) -> tuple[float, float]:
+    from evogrid.workflows import ECConfig, ECWorkflow
+
+    wf = ECWorkflow(ECConfig(task=task, pop_size=pop, episodes_per_individual=1, obs_norm=False, safety=safety))
+    return time_steps(wf, repeats)
+
+
+PRODUCT = re.compile(r"= \S+ (dot|convolution)\(")
+
+
+def audit(task: str, layer: bool, n_envs: int) -> list[str]:
+    """Each matrix product of the compiled rollout: 'kind precision source' (see the module docstring)."""
+    env, params = task_env(task, layer)
+    run = build_rollout(env, params, n_envs)
+    text = run.lower(jax.random.key(0), params).compile().as_text()
+    rows = {}
+    for line in text.splitlines():
+        m = PRODUCT.search(line)
+        if not m:
+            continue
+        precision = re.search(r"operand_precision=\{([^}]*)\}", line)
+        where = re.search(r'source_file="([^"]*)" source_line=(\d+)', line)
+        name = re.search(r'op_name="([^"]*)"', line)
+        src = f"{where.group(1).split('evogrid/')[-1]}:{where.group(2)}" if where else "?"
+        key = (m.group(1), precision.group(1) if precision else "default", src, name.group(1)[-60:] if name else "?")
+        rows[key] = rows.get(key, 0) + 1
+    return [f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {n} |" for k, n in sorted(rows.items())]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="small sizes (any machine)")
+    ap.add_argument("--parts", default="envs,agree,ec", help="comma-separated: envs, agree, ec, audit")
+    ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--sizes", default=None, help="env batch sizes (default 1024,16384; smoke 16)")
+    ap.add_argument("--pops", default=None, help="ECWorkflow populations (default 1024,4096,16384; smoke 16)")
+    ap.add_argument("--agree-envs", type=int, default=None, help="envs in the agreement rollout (default 256; smoke 4)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--budget", type=float, default=20.0, help="skip a task's larger sizes once one call takes this many s")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    parts, tasks = args.parts.split(","), args.tasks.split(",")
+    sizes = [int(x) for x in (args.sizes or ("16" if args.smoke else "1024,16384")).split(",")]
+    pops = [int(x) for x in (args.pops or ("16" if args.smoke else "1024,4096,16384")).split(",")]
+    n_agree = args.agree_envs or (4 if args.smoke else 256)
+    lines = []
+
+    def say(line=""):
+        lines.append(line)
+        print(line, flush=True)
+
+    say(f"# {device_line()}")
+    if "envs" in parts:
+        say("\n| task | layer | N envs | env-steps/s | compile s |")
+        say("|---|---|---|---|---|")
+        for task in tasks:
+            for layer in layer_choices(task):
+                for n in sizes:
+                    rate, compile_s = env_rate(task, layer, n, args.repeats)
+                    say(f"| {task} | {'on' if layer else 'off'} | {n:,} | {rate:,.0f} | {compile_s:.1f} |")
+                    if n * 48 / rate > args.budget:
+                        break
+    if "agree" in parts:
+        say(f"\n| task | layer | returns: max relative difference, device vs host CPU ({n_agree} envs) | cost sums flipped |")
+        say("|---|---|---|---|")
+        for task in tasks:
+            for layer in layer_choices(task):
+                rel, flips, total = agreement(task, layer, n_agree)
+                say(f"| {task} | {'on' if layer else 'off'} | {rel:.1e} | {flips} / {total} |")
+    if "ec" in parts:
+        say("\n| ECWorkflow Open_ES | safety | population | s / generation | env-steps/s | first generation (compile) s |")
+        say("|---|---|---|---|---|---|")
+        for task in [t for t in tasks if t in ("tso-case14", "tso-case118")] or tasks[:1]:
+            for safety in ("off", "auto"):
+                for pop in pops:
+                    s, c = ec_seconds(task, pop, safety, args.repeats)
+                    say(f"| {task} | {safety} | {pop:,} | {s:.4f} | {pop * 48 / s:,.0f} | {c:.1f} |")
+    if "audit" in parts:
+        for task in tasks:
+            say(f"\n{task}: matrix products of the compiled rollout ({sizes[0]} envs)")
+            say("| op | precision | source | op name | count |")
+            say("|---|---|---|---|---|")
+            for row in audit(task, False, sizes[0]):
+                say(row)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

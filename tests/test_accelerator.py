@@ -1,0 +1,64 @@
+"""What only an accelerator shows, guarded by its cause on the CPU: set-up arithmetic runs in float64 on the
+host, never on the default device (a TPU has no float64 LU), and float64 asked where the device cannot run it
+is refused in one line before anything is built."""
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Two host devices, the second made JAX's default (standing in for an accelerator): every float64 region of
+# every task's `make` must run on the first (the host), and the params come back float32 on the default.
+SPY = textwrap.dedent("""
+    import contextlib, jax
+    jax.config.update("jax_default_device", jax.devices()[1])
+    seen, real = [], jax.enable_x64
+
+    @contextlib.contextmanager
+    def spy(on=True):
+        seen.append(jax.config.jax_default_device)
+        with real(on):
+            yield
+
+    jax.enable_x64 = spy
+    from evogrid.envs import make
+    from evogrid.safety import shield
+    for task in ("tso-case14-ac", "tso-case5-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5"):
+        env, params = make(task)
+        for leaf in jax.tree_util.tree_leaves(params):
+            assert leaf.devices() == {jax.devices()[1]}, (task, leaf.devices())
+            assert leaf.dtype.itemsize <= 4 or leaf.dtype.kind == "c" and leaf.dtype.itemsize == 8, (task, leaf.dtype)
+        safe = shield(env, params, "auto")
+        obs, state = jax.jit(safe.reset)(jax.random.key(0), params)
+        assert obs.devices() == {jax.devices()[1]}
+    assert seen and all(d == jax.devices()[0] for d in seen), seen
+    print("ok", len(seen))
+""")
+
+
+@pytest.mark.slow
+def test_make_runs_float64_only_on_the_host():
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", SPY], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("ok ")
+
+
+def test_no_float64_outside_the_host_helper():
+    """x64 is switched on in one place, `physics._common.host_float64`, which also puts the CPU first."""
+    hits = [str(p.relative_to(ROOT)) for p in (ROOT / "evogrid").rglob("*.py")
+            if "enable_x64(" in p.read_text() and p.name != "_common.py"]
+    assert not hits, hits
+
+
+def test_float64_on_a_tpu_is_refused_before_set_up(monkeypatch):
+    from evogrid.envs import make
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    with jax.enable_x64(True), pytest.raises(ValueError, match=r"float64 was asked for .* unset JAX_ENABLE_X64"):
+        make("tso-case5")
+    make("tso-case5")   # float32 builds
