@@ -93,9 +93,10 @@ def env_rate(task: str, layer: bool, n_envs: int, repeats: int) -> tuple[float, 
     return n_envs * params.max_steps / best, compile_s
 
 
-def agreement(task: str, layer: bool, n_envs: int) -> tuple[float, int, int]:
-    """(max relative return difference, cost sums flipped, cost sums compared) of the default device against
-    the host CPU, same keys and params."""
+def agreement(task: str, layer: bool, n_envs: int) -> tuple[float, int, int, str]:
+    """(max relative return difference, cost sums flipped, cost sums compared, the first step whose reward
+    differs by more than 1e-5 relative and that step's largest difference) of the default device against the
+    host CPU, same keys and params."""
     env, params = task_env(task, layer)
     run = build_rollout(env, params, n_envs)
     key = jax.random.key(1)
@@ -106,7 +107,10 @@ def agreement(task: str, layer: bool, n_envs: int) -> tuple[float, int, int]:
     ret, ret_h = reward.sum(1).astype(np.float64), reward_h.sum(1).astype(np.float64)
     rel = float(np.max(np.abs(ret - ret_h) / np.maximum(np.abs(ret_h), 1e-12)))
     on, on_h = costs.sum(1) > ZERO_COST, costs_h.sum(1) > ZERO_COST
-    return rel, int(np.sum(on != on_h)), int(on.size)
+    step_rel = np.max(np.abs(reward - reward_h) / np.maximum(np.abs(reward_h), 1e-12), axis=0)   # [T]
+    off = np.flatnonzero(step_rel > 1e-5)
+    first = f"{off[0]} ({step_rel[off[0]]:.0e})" if off.size else "-"
+    return rel, int(np.sum(on != on_h)), int(on.size), first
 
 
 def ec_seconds(task: str, pop: int, safety: str, repeats: int) -> tuple[float, float]:
@@ -172,12 +176,13 @@ def main(argv=None):
                     if n * 48 / rate > args.budget:
                         break
     if "agree" in parts:
-        say(f"\n| task | layer | returns: max relative difference, device vs host CPU ({n_agree} envs) | cost sums flipped |")
-        say("|---|---|---|---|")
+        say(f"\n| task | layer | returns: max relative difference, device vs host CPU ({n_agree} envs) | cost sums flipped "
+            "| first step off by > 1e-5 |")
+        say("|---|---|---|---|---|")
         for task in tasks:
             for layer in layer_choices(task):
-                rel, flips, total = agreement(task, layer, n_agree)
-                say(f"| {task} | {'on' if layer else 'off'} | {rel:.1e} | {flips} / {total} |")
+                rel, flips, total, first = agreement(task, layer, n_agree)
+                say(f"| {task} | {'on' if layer else 'off'} | {rel:.1e} | {flips} / {total} | {first} |")
     if "ec" in parts:
         say("\n| ECWorkflow Open_ES | safety | population | s / generation | env-steps/s | first generation (compile) s |")
         say("|---|---|---|---|---|---|")

@@ -547,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     keep_compiled_programs()
     parser = argparse.ArgumentParser(prog="evogrid", description="Evolutionary RL on JAX power-system environments.",
-                                     epilog="With no command, `evogrid` runs `evogrid train` with its defaults.")
+                                     epilog="With no command, `evogrid` runs `evogrid train` (with the options given, e.g. "
+                                            "`evogrid --task tso-case5`).")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("train", help="train a policy (the default command); `evogrid train --help` for options",
                    add_help=False)
@@ -583,6 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not argv or argv[0] == "train":
             return _train(argv[1:])
+        if argv[0].startswith("-") and argv[0] not in ("-h", "--help"):   # options with no command: `train`'s
+            return _train(argv)
         args = parser.parse_args(argv)
         if args.command == "rollout" and (args.envs < 1 or args.steps < 1):
             parser.error("--envs and --steps must be positive")

@@ -2,11 +2,12 @@
 that trip two lines a day, then compare the operator's robustness to the evolved attack with its
 robustness to random line trips on the test days.
 
-    .venv/bin/python examples/attack_n1.py          # about 15 s on a 2-core CPU
+    .venv/bin/python examples/attack_n1.py                     # about 15 s on a 2-core CPU
+    .venv/bin/python examples/attack_n1.py --generations 20
 
 "Damage" is the operator's overload plus balance shortfall (p.u. summed over the day's steps).
 """
-import sys
+import argparse
 
 from evogrid.workflows import AttackConfig, AttackWorkflow
 
@@ -33,4 +34,6 @@ def main(generations: int = 100):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--generations", type=int, default=100)
+    main(ap.parse_args().generations)

@@ -5,8 +5,10 @@ Plain ECWorkflow maximises the return penalised by the constraint mechanism
 individual whose summed constraint costs exceed a budget ranks below every feasible
 one at once (a "death penalty" ordering), which some CMDP users prefer.
 
-    .venv/bin/python examples/cost_constrained_es.py
+    .venv/bin/python examples/cost_constrained_es.py [--generations 60]
 """
+import argparse
+
 import jax.numpy as jnp
 
 from evogrid.workflows import ECConfig, ECWorkflow
@@ -25,8 +27,10 @@ class BudgetedES(ECWorkflow):
 
 
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--generations", type=int, default=60)
     wf = BudgetedES(ECConfig(task="tso-case5", pop_size=32, episodes_per_individual=2, hidden=(16,)))
-    state, history = wf.learn(wf.init(), 60)
+    state, history = wf.learn(wf.init(), ap.parse_args().generations)
     ev = wf.evaluate(state)
     names = wf.env.constraint_names(wf.env_params)
     print(f"best policy: return {float(ev['return']):.2f}; costs", dict(zip(names, [round(float(c), 4) for c in ev["cost_channels"]])))

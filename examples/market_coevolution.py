@@ -15,17 +15,17 @@ from evogrid.workflows.coevo import CoevoConfig, CoevolutionWorkflow
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--generations", type=int, default=40)
     ap.add_argument("--pop", type=int, default=16)
     ap.add_argument("--clearing", choices=("dcopf", "merit"), default="dcopf")
     args = ap.parse_args()
     env, params = make("gencos-case5", clearing=args.clearing, max_steps=24, delta_t_hours=1.0, n_days=4)
     wf = CoevolutionWorkflow(CoevoConfig(pop_size=args.pop, episodes=1), env, params)
-    competitive = float(wf.competitive_price())
+    state = wf.init()
+    competitive = float(wf.evaluate(state)["competitive_price"])   # every company offering at cost
     print(f"competitive price (every company offers at cost): {competitive:.2f} $/MWh")
     print("gen  price $/MWh  mean mark-up per company (0 = at cost, 1 = double)")
-    state = wf.init()
     for gen in range(1, args.generations + 1):
         state, m = wf.step(state)
         if gen == 1 or gen % 5 == 0:

@@ -6,7 +6,7 @@ Top row: the test week of January and of July (Monday to Sunday) of the transmis
 tso-case14-real (all buses summed, share of the case's total Pd) against the synthetic days of
 tso-case14; SimBench PV (PV1) and the TMY PV and temperature used by dcmg-real.
 """
-import sys
+import argparse
 from pathlib import Path
 
 import matplotlib
@@ -58,4 +58,6 @@ def main(out: str = "docs/profiles_week.png") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", nargs="?", default="docs/profiles_week.png", help="the PNG to write")
+    main(ap.parse_args().out)

@@ -99,18 +99,49 @@ def test_refused_commands_change_nothing(tmp_path, capsys):
     code, _, err = _run(capsys, "train", *SMALL, "--sigma", "0.2", "--generations", "3", "--out", str(run), "--resume")
     assert code == 2 and "these options differ from it: sigma (0.05 there, 0.2 here)" in err and err.count("\n") == 1
     assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
-    # a fresh run into an existing run, into a folder of the user's, under a file, or a resume of a typo
+    # a fresh run into an existing run, into a folder of the user's, or under a file
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "metrics.csv").write_text("the user's own data")
     (tmp_path / "afile").write_text("x")
     for argv, message in (([*SMALL, "--out", str(run)], "already holds checkpoints"),
                           ([*SMALL, "--out", str(tmp_path / "mine")], "non-empty folder that is not an evogrid run"),
-                          ([*SMALL, "--out", str(tmp_path / "afile" / "sub")], "is not a writable directory"),
-                          ([*SMALL, "--out", str(tmp_path / "typo"), "--resume"], "does not exist")):
+                          ([*SMALL, "--out", str(tmp_path / "afile" / "sub")], "is not a writable directory")):
         code, _, err = _run(capsys, "train", *argv, "--generations", "2")
         assert code == 2 and message in err and err.count("\n") == 1, err
     assert (tmp_path / "mine" / "metrics.csv").read_text() == "the user's own data"
-    assert not (tmp_path / "typo").exists()
+
+
+def _generations(run):
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]   # strict JSON
+    csv_rows = (run / "metrics.csv").read_text().splitlines()[1:]
+    assert [int(r.split(",")[0]) for r in csv_rows] == [r["generation"] for r in rows]
+    return [r["generation"] for r in rows]
+
+
+@pytest.mark.slow
+def test_resume_before_the_run_directory_exists_starts_the_run(tmp_path, capsys):
+    """A run killed in its first second (before its directory exists) restarts with the same --resume command."""
+    run = tmp_path / "never-started"
+    code, _, err = _run(capsys, "train", *SMALL, "--generations", "2", "--out", str(run), "--resume", "--quiet")
+    assert code == 0, err
+    assert err.count("warning: nothing to resume") == 1 and "Traceback" not in err
+    assert _generations(run) == [1, 2]
+
+
+@pytest.mark.slow
+def test_resume_after_a_torn_middle_row_rebuilds_it(tmp_path, capsys):
+    """Row 2 torn (a damaged file: row 3 and the checkpoint of generation 3 stand): the resume goes back to the
+    newest checkpoint whose rows are complete (1) and every generation's row is there once."""
+    run = tmp_path / "run"
+    assert _run(capsys, "train", *SMALL, "--generations", "3", "--checkpoint-every", "1", "--out", str(run))[0] == 0
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines[1] = lines[1][:20]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    code, _, err = _run(capsys, "train", *SMALL, "--generations", "4", "--checkpoint-every", "1", "--out", str(run),
+                        "--resume")
+    assert code == 0, err
+    assert "resumed from generation 1" in err and "ahead of the metrics rows" in err
+    assert _generations(run) == [1, 2, 3, 4]
 
 
 @pytest.mark.slow
@@ -189,3 +220,15 @@ def test_setpoint_outputs_off_the_transmission_tasks_are_one_line(tmp_path, caps
                         "--out", str(tmp_path / "run"))
     assert code == 2 and "policy_output='setpoint' outputs the units' set-points, on transmission tasks" in err
     assert err.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_options_without_a_command_train(tmp_path, capsys):
+    """`evogrid --task tso-case5 ...` is `evogrid train --task tso-case5 ...` (what `dev.py run ARGS` calls)."""
+    run = tmp_path / "run"
+    code, out, err = _run(capsys, *SMALL, "--generations", "1", "--out", str(run), "--quiet")
+    assert code == 0, err
+    assert "Open_ES on tso-case5" in out and _generations(run) == [1]
+    with pytest.raises(SystemExit) as exited:   # --help alone is the command list, not train's options
+        cli.main(["--help"])
+    assert exited.value.code == 0 and "With no command" in capsys.readouterr().out

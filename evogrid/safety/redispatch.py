@@ -94,26 +94,37 @@ def _redispatch(iters: int, early: bool, pg, lo, hi, demand, flow, sens, rate, a
         return (f0 + sens @ (z[:n] - pg0),) + ((fx0 + sens @ (z[n:] - x0),) if plan else ())
 
     def measure(z, fz, plan: bool, target):
-        """The candidate rows at z (flows fz): excess over the aim, the aim, the gradients, whether any is over."""
+        """The candidate rows at z (flows fz): excess over the aim, the aim, the gradients (a function of the
+        rows taken), whether any is over."""
         pg, f = z[:n], fz[0]
         resid, aim = jnp.abs(f) - target, target
-        rows = jnp.sign(f)[:, None] * sens   # [n_line, n_units] d|f|/d output
         # within the ratings (to 1e-9, round-off of a schedule at its limits; float32 sees the rating itself)
         short = jnp.any(jnp.abs(f) > rate * (1.0 + 1e-9))
+        reach_grad = None
         if ahead is not None:   # the reach: one more candidate, after the lines
             reach_grad, gap, scale = reach_row(pg, *ahead)
             resid = jnp.concatenate([resid, (gap + SECURE_MARGIN * scale)[None]])
             aim = jnp.concatenate([aim, scale[None]])
-            rows = jnp.concatenate([rows, reach_grad[None]])
             short = short | (gap > 0)
+
+        def rows_at(idx):
+            """The gradients [len(idx), n_units] of the candidates `idx` (lines, then the reach): only the rows
+            taken are built (under vmap all n_line rows would be a [batch, n_line, n_units] array a step)."""
+            line = jnp.minimum(idx, n_line - 1)
+            picked = jnp.sign(f)[line][:, None] * sens[line]   # d|f|/d output
+            return picked if reach_grad is None else jnp.where((idx < n_line)[:, None], picked, reach_grad[None])
+
+        rows = rows_at
         if plan:   # the peak's lines at x, and x within the ramps' reach of pg: |x - pg| <= reach
             x, fx = z[n:], fz[1]
             cap, step_ = reach * (1.0 - SECURE_MARGIN), x - pg
             later = jnp.concatenate([jnp.abs(fx) - target, step_ - cap, -step_ - cap])
             resid = jnp.concatenate([resid, jnp.where(valid, later, -jnp.inf)])
             aim = jnp.concatenate([aim, target, cap, cap])
-            rows = jnp.concatenate([jnp.concatenate([rows, jnp.zeros_like(rows)], 1),
+            now = rows_at(jnp.arange(n_line + (ahead is not None)))   # a small grid: every row built
+            full = jnp.concatenate([jnp.concatenate([now, jnp.zeros_like(now)], 1),
                                     jnp.concatenate([jnp.zeros_like(sens), jnp.sign(fx)[:, None] * sens], 1), ramp_rows])
+            rows = lambda idx: full[idx]  # noqa: E731
             short = short | (valid & (jnp.any(jnp.abs(fx) > rate * (1.0 + 1e-9))
                                       | jnp.any(jnp.abs(step_) > reach * (1.0 + 1e-9))))
         return resid, aim, rows, short
@@ -130,7 +141,7 @@ def _redispatch(iters: int, early: bool, pg, lo, hi, demand, flow, sens, rate, a
         if plan:
             balance = jnp.kron(jnp.eye(2, dtype=pg.dtype), balance)
         r = jnp.concatenate([-jnp.where(active, worst, 0.0), jnp.zeros(balance.shape[0], pg.dtype)])
-        jac = jnp.concatenate([jnp.where(active[:, None], rows[idx], 0.0), balance])
+        jac = jnp.concatenate([jnp.where(active[:, None], rows(idx), 0.0), balance])
         # units d pushes out of their window stay
         if peak is None:
             d = held_least_norm_step(jac, r, z, lo, hi, jnp.ones(z.shape, bool), 1.0, SECURE_DAMPING)

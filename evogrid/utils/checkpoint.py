@@ -60,16 +60,26 @@ class Checkpointer:
             self.manager.reload()
         return sorted(self.manager.all_steps())
 
-    def restore_latest(self, template, log=None):
-        """(step, state) from the newest restorable checkpoint, or None when there is none.
+    def restore_latest(self, template, log=None, upto: int | None = None):
+        """(step, state) from the newest restorable checkpoint (of step <= `upto`, when given), or None when
+        there is none.
 
         Newer steps that fail to restore (a damaged or partial write) are removed, and `log`
-        (if given) is told in one line which step was damaged and which one is used.
+        (if given) is told in one line which step was damaged and which one is used. Steps past `upto`
+        (ahead of the run's complete metrics rows) are removed too, and said.
 
         Raises CheckpointError when the checkpoints were written under another config,
         or when steps exist but none of them restores.
         """
         steps = self.steps()
+        ahead = [s for s in steps if upto is not None and s > upto]
+        if ahead:
+            for s in ahead:
+                self.manager.delete(s)
+            if log is not None:
+                log(f"checkpoint step(s) {', '.join(map(str, ahead))} ahead of the metrics rows (complete through "
+                    f"{upto}) removed")
+            steps = [s for s in steps if s <= upto]
         if not steps:
             return None
         with _quiet_orbax():  # a damaged step is reported once, by `log`, not by orbax's own error logs

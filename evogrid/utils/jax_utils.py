@@ -123,11 +123,14 @@ def held_projection_step(a, r, n_eq, x, lo, hi, damping, sweeps: int):
 
         def sweep(_, lam):
             for i in range(m):   # each row sees the others' latest multipliers
-                new = lam[i] - (gram[i] @ lam + r[i]) / gram[i, i]
+                new = lam[i] - (jnp.sum(gram[i] * lam) + r[i]) / gram[i, i]
                 lam = lam.at[i].set(jnp.where(eq[i], new, jnp.maximum(new, 0.0)))
             return lam
 
-        return -(jax.lax.fori_loop(0, sweeps, sweep, jnp.zeros(m, x.dtype)) @ af)
+        # products of a few entries per env are sums of elementwise products, not dots: under vmap a dot of
+        # [B, m] by [B, m] is a batched matrix product, which an accelerator runs on its matrix unit in several
+        # passes (full float32) for m = 7 entries, once per row per sweep
+        return -jnp.sum(jax.lax.fori_loop(0, sweeps, sweep, jnp.zeros(m, x.dtype))[:, None] * af, 0)
 
     d = solve(jnp.ones(x.shape, bool))
     return solve(~(((x <= lo) & (d < 0)) | ((x >= hi) & (d > 0))))

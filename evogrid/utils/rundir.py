@@ -8,8 +8,11 @@
     <run>/checkpoints/         orbax checkpoints (utils/checkpoint.py)
 
 Files are replaced atomically (written to a temporary name, then renamed), so a killed run
-never leaves a half-written config or CSV; a torn last line of metrics.jsonl (a kill during an
-append) is dropped when the history is read back. Nothing is written before `claim`, which
+never leaves a half-written config or CSV; a torn line of metrics.jsonl (a kill during an
+append) is dropped when the history is read back, and a resume starts from the newest checkpoint
+whose generations all have their rows (`complete_through`), so every generation's row is written
+once. metrics.jsonl is strict JSON: a non-finite number (a validation return before the first
+validation round) is written as null and read back as NaN. Nothing is written before `claim`, which
 the learn loop calls only once every check of the command has passed.
 """
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 from pathlib import Path
 
@@ -39,12 +43,11 @@ class RunDir:
         self.path = Path(path)
 
     def check_writable(self, resume: bool) -> None:
-        """Refuse, before anything is written: a path under a file, an unwritable place, resuming a
-        directory that does not exist, or a fresh run into a non-empty folder that is not a run."""
+        """Refuse, before anything is written: a path under a file, an unwritable place, or a fresh run into
+        a non-empty folder that is not a run. (A resume into a directory that does not exist yet starts the
+        run: a preemption loop `until evogrid train --resume --out X; do :; done` may be killed before it.)"""
         if self.path.exists() and not self.path.is_dir():
             raise FileExistsError(f"--out {self.path} is a file, not a directory")
-        if resume and not self.path.is_dir():
-            raise FileNotFoundError(f"cannot resume: {self.path} does not exist (check --out)")
         if not resume and self.path.is_dir() and any(self.path.iterdir()) and not is_run(self.path):
             raise FileExistsError(f"--out {self.path} is a non-empty folder that is not an evogrid run; "
                                   "choose a new or empty directory")
@@ -56,30 +59,37 @@ class RunDir:
         self.path.mkdir(parents=True, exist_ok=True)
         atomic_write(self.path / "config.json", json.dumps(config, indent=2))
 
-    def read_history(self, upto: int) -> list[dict]:
-        """Rows with generation <= upto; a torn (unparseable) last line is dropped."""
+    def _rows(self) -> dict[int, dict]:
+        """generation -> its row (the last written, where one was written twice); torn lines dropped."""
         path = self.path / "metrics.jsonl"
-        if not path.exists():
-            return []
-        rows = []
-        lines = path.read_text().splitlines()
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
+        rows = {}
+        for line in path.read_text().splitlines() if path.exists() else ():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError:
-                if i == len(lines) - 1:
-                    break  # a kill during the last append
-                raise ValueError(f"{path}: line {i + 1} is not JSON; the metrics file is damaged") from None
-        return [r for r in rows if r.get("generation", 0) <= upto]
+                continue   # a kill during an append
+            if isinstance(row, dict) and isinstance(row.get("generation"), int):
+                rows[row["generation"]] = {k: float("nan") if v is None else v for k, v in row.items()}
+        return rows
+
+    def read_history(self, upto: int) -> list[dict]:
+        """Rows with generation <= upto, in order, once each; torn (unparseable) lines are dropped."""
+        rows = self._rows()
+        return [rows[g] for g in sorted(rows) if g <= upto]
+
+    def complete_through(self) -> int:
+        """The largest g such that generations 1..g each have a row (0 when generation 1 has none)."""
+        rows, g = self._rows(), 0
+        while g + 1 in rows:
+            g += 1
+        return g
 
     def write_history(self, rows: list[dict]) -> None:
-        atomic_write(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+        atomic_write(self.path / "metrics.jsonl", "".join(_json_line(r) for r in rows))
 
     def append(self, row: dict) -> None:
         with open(self.path / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(row) + "\n")
+            f.write(_json_line(row))
 
     def write_csv(self, rows: list[dict]) -> None:
         """One column per scalar; a vector `name` becomes columns name[0], name[1], ... (or the given names)."""
@@ -95,6 +105,15 @@ class RunDir:
         w.writerow(header)
         w.writerows(flat_rows)
         atomic_write(self.path / "metrics.csv", out.getvalue())
+
+
+def _json_line(row: dict) -> str:
+    """One strict-JSON line: NaN and infinities (not JSON) written as null."""
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        return [clean(x) for x in v] if isinstance(v, list) else v
+    return json.dumps({k: clean(v) for k, v in row.items()}, allow_nan=False) + "\n"
 
 
 def flatten_row(row: dict, names: dict | None = None) -> dict:

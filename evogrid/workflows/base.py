@@ -292,9 +292,9 @@ class Workflow:
             ckpt = Checkpointer(run.path / "checkpoints", self.config_dict())
             saved = ckpt.steps()
             restored = None
-            if resume and saved:
+            if resume and saved:   # the newest checkpoint whose generations all have their metrics rows
                 restored = ckpt.restore_latest(self.state_template() if state is None else state,
-                                               log=_say if progress else None)
+                                               log=_say if progress else None, upto=run.complete_through())
             if not resume and saved:
                 raise FileExistsError(f"{run.path} already holds checkpoints; pass resume=True (--resume) or use a new directory")
             if restored is not None:
@@ -303,8 +303,10 @@ class Workflow:
             if primary:  # every check passed: now the directory may change
                 run.claim(self.config_dict())
                 run.write_history(history)
-            if progress and resume:
-                _say(f"resumed from {self.unit} {start} in {run.path}" if restored else f"no checkpoint in {run.path}; starting from scratch")
+            if progress and restored:
+                _say(f"resumed from {self.unit} {start} in {run.path}")
+            elif resume and primary:   # one warning line, also with progress off
+                _say(f"warning: nothing to resume in {run.path} (no checkpoint); starting from scratch")
         if state is None:
             state = self.init()
         files = run is not None and primary
