@@ -28,7 +28,6 @@ import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from _timing import time_steps
 
