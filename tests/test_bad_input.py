@@ -232,3 +232,22 @@ def test_options_without_a_command_train(tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:   # --help alone is the command list, not train's options
         cli.main(["--help"])
     assert exited.value.code == 0 and "With no command" in capsys.readouterr().out
+
+
+def test_workflow_configs_of_the_wrong_family_are_refused_in_one_line():
+    from evogrid.workflows import ECConfig, ECWorkflow, PPOConfig, RLConfig, RLWorkflow
+
+    with pytest.raises(ValueError, match="algorithm must be one of ppo, td3, sac, got 'sacc'"):
+        RLConfig(algorithm="sacc")
+    with pytest.raises(TypeError, match=r"RLWorkflow is built from RLConfig .* ECConfig \(Open_ES\) goes to ECWorkflow"):
+        RLWorkflow(ECConfig())
+    with pytest.raises(TypeError, match=r"ECWorkflow is built from ECConfig .* PPOConfig \(ppo\) goes to RLWorkflow"):
+        ECWorkflow(PPOConfig())
+
+
+@pytest.mark.slow
+def test_rlworkflow_builds_the_learner_a_bare_rlconfig_names():
+    from evogrid.workflows import RLConfig, RLWorkflow, TD3Config
+
+    wf = RLWorkflow(RLConfig(task="tso-case5", algorithm="td3", num_envs=2))
+    assert type(wf.config) is TD3Config and wf.config.num_envs == 2 and wf.agent.name == "td3"

@@ -69,6 +69,8 @@ class AttackState:
 
 
 class AttackWorkflow(Workflow):
+
+    config_type = AttackConfig
     def __init__(self, config: AttackConfig = AttackConfig(), env=None, env_params=None):
         super().__init__(config, env, env_params)
         p = self.env_params

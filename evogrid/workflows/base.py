@@ -110,6 +110,23 @@ class Workflow:
 
     unit = "generation"
 
+    config_type: type | None = None   # the config class (or a base of it) this workflow is built from
+
+    @classmethod
+    def check_config(cls, config):
+        """`config`, or a one-line refusal naming the workflow and config to use instead."""
+        if cls.config_type is None or isinstance(config, cls.config_type):
+            return config
+        from evogrid.workflows.registry import resolve
+
+        try:
+            _, config_cls, workflow_cls = resolve(getattr(config, "algorithm", ""))
+            hint = f"; {type(config).__name__} ({config.algorithm}) goes to {workflow_cls.__name__}"
+        except ValueError:
+            hint = ""
+        raise TypeError(f"{cls.__name__} is built from {cls.config_type.__name__} (or a subclass), got "
+                        f"{type(config).__name__}{hint}")
+
     def __init__(self, config, env=None, env_params=None):
         """`env`/`env_params` default to the task's training days (`make(task, split="train")`); validation
         and test days are built from the task when first needed. With your own params, validation and
@@ -118,7 +135,7 @@ class Workflow:
         `self.layer_on` says whether it does; `self.own_params` whether you passed the env."""
         from evogrid.safety import Shielded, shield
 
-        self.config = config
+        self.config = config = self.check_config(config)
         self.own_params = env is not None
         if env is None:
             env, env_params = make(config.task, split="train")

@@ -54,6 +54,8 @@ class CoevoState:
 class CoevolutionWorkflow(Workflow):
     """Co-evolve one policy per company of a market env (with `agent_specs` and `info["profits"]`)."""
 
+    config_type = CoevoConfig
+
     def __init__(self, config: CoevoConfig = CoevoConfig(), env=None, env_params=None):
         super().__init__(config, env, env_params)
         if not isinstance(self.env, GenCoMarketEnv):

@@ -125,6 +125,8 @@ class ECWorkflow(Workflow):
     (see examples/cost_constrained_es.py).
     """
 
+    config_type = ECConfig
+
     def __init__(self, config: ECConfig = ECConfig(), env=None, env_params=None, mesh=None):
         """`mesh`: a 1-D `jax.sharding.Mesh` with axis "pop" (default: every visible device);
         pop_size must be a multiple of its size."""

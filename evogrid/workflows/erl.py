@@ -81,6 +81,8 @@ class ERLState:
 class ERLWorkflow(Workflow):
     """ERL or CEM-RL (`config.algorithm`) on a task."""
 
+    config_type = ERLConfig
+
     def __init__(self, config: ERLConfig = ERLConfig(), env=None, env_params=None):
         super().__init__(config, env, env_params)
         hyper = {f.name: getattr(config, f.name) for f in dataclasses.fields(TD3Hyperparams)}

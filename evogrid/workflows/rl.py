@@ -32,7 +32,7 @@ class RLConfig(ConstraintConfig):
     """Fields of every gradient-learner run (the agent's hyper-parameters are added by `rl_config`)."""
 
     task: str = param("tso-case5", "task name (see `evogrid tasks`)")
-    algorithm: str = param("ppo", "gradient learner")
+    algorithm: str = param("ppo", "gradient learner", choices=("ppo", "td3", "sac"))
     num_envs: int = param(16, "parallel environments", lo=1, cli="--envs")
     rollout_len: int = param(48, "steps per env per iteration", lo=1)
     hidden: tuple[int, ...] = param((64, 64), "actor and critic hidden layer widths", lo=1)
@@ -69,8 +69,21 @@ class RLWorkflow(Workflow):
 
     unit = "iteration"
 
+    config_type = RLConfig
+
+    @classmethod
+    def check_config(cls, config):
+        """A bare `RLConfig(algorithm=...)` becomes the named learner's config (its hyper-parameters at their
+        defaults); anything else as `Workflow.check_config`."""
+        if type(config) is RLConfig:
+            from evogrid.workflows.registry import config_class
+
+            config = config_class(config.algorithm)(**{f.name: getattr(config, f.name) for f in dataclasses.fields(RLConfig)})
+        return super().check_config(config)
+
     def __init__(self, config, env=None, env_params=None):
         super().__init__(config, env, env_params)
+        config = self.config
         hyper = {f.name: getattr(config, f.name) for f in dataclasses.fields(config.agent.Hyperparams)}
         self.agent = config.agent(config.agent.Hyperparams(**hyper), self.obs_dim, self.act_dim, len(self.cost_names),
                                   config.hidden)
