@@ -299,7 +299,7 @@ def _units(workflow, result: dict) -> dict:
         base = key.split(":", 1)
         if base[0] == "cost_channels" and len(base) == 2:
             out[key] = units.get(base[1], "")
-        elif key in ("return", "return_std", "day_return", "oracle_return", "myopic_return"):
+        elif key in ("return", "return_std", "day_return", "oracle_return", "myopic_return", "mpc_return"):
             out[key] = units["return"]
         elif key == "gap_days":
             out[key] = "test days the oracle solved"
@@ -340,9 +340,18 @@ def _evaluation(workflow, ev) -> dict:
             out["gap_to_bound_pct"] = baselines.gap(report, days["day_return"], "bound")[0]
         s = report["summary"]
         out.update(oracle_return=s["oracle_return"])
-        if report.get("myopic") is not None:
+        layer_on = getattr(workflow, "layer_on", False)
+        if ref.operators:   # the operator's baselines played as the policy was: with its safety layer or without
+            ops = baselines.baseline(task, operators=True)["summary"]["operators"]
+            for name in ("myopic", "mpc"):
+                f = ops.get(name + ("+layer" if layer_on else ""))
+                if f is not None:
+                    out.update({f"{name}_return": f["return"], f"{name}_gap_pct": f["gap_pct"],
+                                f"{name}_feasible_share": f["feasible_solved_share"]})
+            out["baselines_layer"] = "on" if layer_on else "off"
+        elif report.get("myopic") is not None:
             out.update(myopic_return=s["myopic_return"], myopic_gap_pct=s["myopic_gap_pct"],
-                       myopic_feasible_share=s["myopic_feasible_share"])
+                       myopic_feasible_share=s["myopic_feasible_share"], baselines_layer="off")
     result = {**out, **days, "safety_layer": "on" if getattr(workflow, "layer_on", False) else "off"}
     return {**result, "units": _units(workflow, result)}
 
@@ -375,8 +384,12 @@ def _format_evaluation(ev: dict, where: str = "test days") -> str:
     shown = {k: v for k, v in ev.items() if isinstance(v, (int, float))}
     units = ev.get("units", {})
     width = max(len(k) for k in shown)
+    layer = ev.get("baselines_layer")
+    said = (f"\n  (the operator's myopic{' and MPC' if 'mpc_gap_pct' in ev else ''} baselines played "
+            f"{'with' if layer == 'on' else 'without'} the safety layer{', as the policy was' if layer == ev.get('safety_layer') else ''})"
+            if layer else "")
     return f"evaluation of the chosen policy on the {where}:\n" + "\n".join(
-        f"  {k:<{width}}  {v:<11.6g} {units.get(k, '')}".rstrip() for k, v in shown.items())
+        f"  {k:<{width}}  {v:<11.6g} {units.get(k, '')}".rstrip() for k, v in shown.items()) + said
 
 
 def _eval(args) -> int:

@@ -208,3 +208,23 @@ def test_the_run_header_says_what_stands_between_the_network_and_the_grid():
     assert plain == "safety layer on: RedispatchLayer"
     raw = _layer_words(ECWorkflow(ECConfig(task="tso-case5", pop_size=8, safety="off", policy_output="setpoint")))
     assert raw == "safety layer off: the raw policy; the MLP outputs set-points"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("safety", ["on", "off"])
+def test_eval_compares_with_the_operators_baselines_under_the_runs_safety_setting(safety):
+    """The myopic and MPC rows of an evaluation are the operator's baselines played as the policy was (with
+    the layer for a layered run), and the printout says so."""
+    from evogrid import baselines
+    from evogrid.cli import _evaluation, _format_evaluation
+    from evogrid.workflows import ECConfig, ECWorkflow
+
+    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=4, episodes_per_individual=1, hidden=(4,), safety=safety))
+    result = _evaluation(wf, wf.evaluate(wf.init()))
+    ops = baselines.baseline("tso-case5", operators=True)["summary"]["operators"]
+    tag = "+layer" if safety == "on" else ""
+    assert result["baselines_layer"] == safety == result["safety_layer"]
+    assert result["myopic_gap_pct"] == ops["myopic" + tag]["gap_pct"] != ops["myopic" + ("" if tag else "+layer")]["gap_pct"]
+    assert result["mpc_feasible_share"] == ops["mpc" + tag]["feasible_solved_share"]
+    said = "with the safety layer, as the policy was" if safety == "on" else "without the safety layer, as the policy was"
+    assert said in _format_evaluation(result)
