@@ -165,11 +165,13 @@ def _oracle_report(task: str, split: str, refresh: bool) -> dict:
 
 def _progress(what: str):
     """`progress(done, total)` for a loop over days, on stderr: one line rewritten in place on a terminal,
-    a plain line per day in a log."""
+    a plain line at each quarter of the days in a log."""
     tty = sys.stderr.isatty()
     start = "\r" if tty else ""
 
     def show(done, total):
+        if not tty and done != total and (4 * done) // total == (4 * (done - 1)) // total:
+            return
         print(f"{start}  {what}: day {done}/{total}", end="\n" if done == total or not tty else "", file=sys.stderr, flush=True)
     return show
 

@@ -13,6 +13,7 @@ process 0 writes metrics and progress.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import signal
 import sys
@@ -481,7 +482,9 @@ def _to_python(metrics) -> dict:
     return out
 
 
-SHOWN = ("return", "return_mean", "fitness_max", "cost_total")  # progress shows the first of these present
+# what progress shows, in the run's return unit: the training days' mean return, the validation return of the policy
+# kept so far (what chooses it; once there is one) and the summed cost
+SHOWN = {"return": "return", "return_mean": "return", "val_return": "kept policy's val return", "cost_total": "cost"}
 
 
 class Progress:
@@ -499,7 +502,8 @@ class Progress:
     def update(self, done: int, row: dict, steps: int = 1) -> None:
         """`steps` steps ended at `done` (one compiled call); `row` is the last one's metrics."""
         now = time.perf_counter()
-        shown = {k: f"{row[k]:.4g}" for k in SHOWN if isinstance(row.get(k), (int, float))}
+        shown = {label: f"{row[k]:.4g}" for k, label in SHOWN.items()
+                 if isinstance(row.get(k), (int, float)) and math.isfinite(row[k])}
         if self.t_first is None:
             self.t_first, self.first_done = now, done
             what = f"first {self.unit}" if steps == 1 else f"first {steps} {self.unit}s"
