@@ -15,6 +15,10 @@ Parts:
          not on the other ("flips"; a sum counts as zero below 1e-6 p.u.).
   ec     ECWorkflow (Open_ES, one 48-step episode per individual, MLP 32x32, obs normalisation off) seconds per
          generation at each population, layer on and off.
+  train  `evogrid train`'s loop (`Workflow.learn`: the CLI's defaults, a run directory with metrics, validation
+         rounds and checkpoints every `--checkpoint-every`) at each population: the first call (compile + run),
+         then the wall time per generation after it and the share of it spent in the compiled calls (results
+         pulled to the host included), and the process's peak host memory.
   audit  the optimised program the device compiles for a task's rollout: every matrix product (dot,
          convolution) with the precision the compiler gave it and the source line it came from; any that
          runs at the default (on a TPU: bfloat16 passes) is the physics losing digits.
@@ -119,6 +123,22 @@ def ec_seconds(task: str, pop: int, safety: str, repeats: int) -> tuple[float, f
     return time_steps(wf, repeats)
 
 
+def train_loop(task: str, pop: int, generations: int, checkpoint_every: int) -> tuple[float, float, float]:
+    """(first call s, post-compile s per generation, share of it in the compiled calls) of `learn` with a run
+    directory, as `evogrid train --pop` runs it."""
+    import tempfile
+
+    from evogrid.workflows import ECConfig, ECWorkflow
+
+    wf = ECWorkflow(ECConfig(task=task, pop_size=pop))
+    with tempfile.TemporaryDirectory() as run:
+        wf.learn(wf.init(), generations, run_dir=run, checkpoint_every=checkpoint_every, progress=False)
+    (_, first_in, first_out), *rest = wf.call_seconds
+    inside, total = sum(c for _, c, _ in rest), sum(c + h for _, c, h in rest)
+    done = sum(k for k, _, _ in rest)   # the generations after the first call
+    return first_in + first_out, total / max(done, 1), inside / total if total else float("nan")
+
+
 PRODUCT = re.compile(r"= \S+ (dot|convolution)\(")
 
 
@@ -150,6 +170,8 @@ def main(argv=None):
     ap.add_argument("--pops", default=None, help="ECWorkflow populations (default 1024,4096,16384; smoke 16)")
     ap.add_argument("--agree-envs", type=int, default=None, help="envs in the agreement rollout (default 256; smoke 4)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--generations", type=int, default=None, help="train part: generations (default 100; smoke 4)")
+    ap.add_argument("--checkpoint-every", type=int, default=20, help="train part: as `evogrid train` (default 20)")
     ap.add_argument("--budget", type=float, default=20.0, help="skip a task's larger sizes once one call takes this many s")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -190,6 +212,18 @@ def main(argv=None):
                 for pop in pops:
                     s, c = ec_seconds(task, pop, safety, args.repeats)
                     say(f"| {task} | {safety} | {pop:,} | {s:.4f} | {pop * 48 / s:,.0f} | {c:.1f} |")
+    if "train" in parts:
+        import resource
+
+        generations = args.generations or (4 if args.smoke else 100)
+        say(f"\n| evogrid train loop ({generations} generations, checkpoints every {args.checkpoint_every}) | population "
+            "| first call s | s / generation after it | share in the compiled calls |")
+        say("|---|---|---|---|---|")
+        for task in [t for t in tasks if t.startswith("tso-")][:1] or tasks[:1]:
+            for pop in pops:
+                first, per_gen, share = train_loop(task, pop, generations, min(args.checkpoint_every, generations))
+                say(f"| {task} | {pop:,} | {first:.1f} | {per_gen:.4f} | {share:.0%} |")
+        say(f"peak host memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GiB")
     if "audit" in parts:
         for task in tasks:
             say(f"\n{task}: matrix products of the compiled rollout ({sizes[0]} envs)")

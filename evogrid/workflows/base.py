@@ -348,6 +348,7 @@ class Workflow:
               per_call):
         t0 = time.perf_counter() - (history[-1].get("wall_s", 0.0) if history else 0.0)  # wall time across resumes
         gen = start
+        self.call_seconds = []   # per compiled call: (its steps, its wall s with the results pulled, the host's s after it)
         while gen < generations:
             k = min(per_call - gen % per_call, generations - gen)  # calls end on multiples of per_call
             t_call = time.perf_counter() - t0
@@ -357,8 +358,8 @@ class Workflow:
                 where = f"{self.unit} {gen + 1}" + (f"-{gen + k}" if k > 1 else "")
                 raise FloatingPointError(f"{where}: the run state holds NaN in {bad} (the search diverged); "
                                          f"the last checkpoint before it is kept; try a smaller step size or sigma")
-            t_end = time.perf_counter() - t0
             metrics = _to_python(metrics)
+            t_end = time.perf_counter() - t0
             for i in range(k):
                 row = {"generation": gen + i + 1, **flatten_row({n: v[i] for n, v in metrics.items()}, names),
                        "wall_s": t_call + (i + 1) / k * (t_end - t_call)}
@@ -372,6 +373,7 @@ class Workflow:
                 ckpt.save(done, state)
             if bar is not None:
                 bar.update(done, row, k)
+            self.call_seconds.append((k, t_end - t_call, time.perf_counter() - t0 - t_end))
             if stopping:
                 self.interrupted = True
                 _say(f"stopped after {self.unit} {done} on request; checkpoint written")
