@@ -274,10 +274,12 @@ def _train(argv: list[str]) -> int:
     ev = workflow.evaluate(state)  # a collective computation under jax.distributed: every process takes part
     if not primary:
         return 0
-    result = _evaluation(workflow, ev)
+    from evogrid.workflows.report import report
+
+    result = report(workflow, ev)
     _curve(out, history, config, workflow, result.get("return"))
     (out / "eval.json").write_text(json.dumps(result, indent=1))
-    print(_format_evaluation(result))
+    print(result)
     print(f"metrics: {out / 'metrics.jsonl'}, {out / 'metrics.csv'}; curve: {out / 'learning_curve.png'}; "
           f"checkpoints: {out / 'checkpoints'}")
     return 0
@@ -291,69 +293,8 @@ def _curve(out, history, config, workflow, test_return=None):
                    return_unit=units["return"], cost_units=units, test_return=test_return)
 
 
-def _units(workflow, result: dict) -> dict:
-    """The unit of each figure of an evaluation, by key (the task's units; shares and gaps by name)."""
-    units = workflow.env.units(workflow.env_params)
-    out = {}
-    for key in result:
-        base = key.split(":", 1)
-        if base[0] == "cost_channels" and len(base) == 2:
-            out[key] = units.get(base[1], "")
-        elif key in ("return", "return_std", "day_return", "oracle_return", "myopic_return", "mpc_return"):
-            out[key] = units["return"]
-        elif key == "gap_days":
-            out[key] = "test days the oracle solved"
-        elif key in ("front_size", "archive_filled"):
-            out[key] = "policies"
-        elif key in ("front_feasible", "archive_feasible"):
-            out[key] = "policies within every limit on every test day"
-        elif key.endswith("_share"):
-            out[key] = "share of test days"
-        elif key.endswith("_pct"):
-            out[key] = ("% of the bound's cost" if "bound" in key else "% of the oracle's cost") if "gap" in key else "%"
-    return out
 
 
-def _evaluation(workflow, ev) -> dict:
-    """The evaluation as plain numbers (per-day vectors kept as lists), with the gap to the task's oracle
-    and the myopic baseline's figures where the task has them."""
-    import numpy as np
-
-    from evogrid import baselines
-    from evogrid.utils.rundir import flatten_row
-
-    names = dict(workflow.metric_names(), cost_channels=workflow.cost_names, profits=getattr(workflow, "agents", None))
-    days = {k: np.asarray(v).tolist() for k, v in ev.items() if k.startswith(("day_", "cells_", "front_"))
-            and np.ndim(v)}   # kept as lists
-    out = flatten_row({k: np.asarray(v).tolist() for k, v in ev.items() if k not in days}, names)
-    task = workflow.config.task
-    ref = baselines.reference(task)
-    if ref is not None and ref.gap and not workflow.own_params and "day_return" in days:
-        try:
-            report = baselines.baseline(task)
-        except ImportError as err:   # the AC reference's optional PYPOWER
-            print(f"evogrid eval: no gap to the reference: {err}", file=sys.stderr)
-            return {**out, **days, "safety_layer": "on" if workflow.layer_on else "off",
-                    "units": _units(workflow, {**out, **days})}
-        out["gap_to_oracle_pct"], out["gap_days"] = baselines.gap(report, days["day_return"])
-        if report.get("bound"):
-            out["gap_to_bound_pct"] = baselines.gap(report, days["day_return"], "bound")[0]
-        s = report["summary"]
-        out.update(oracle_return=s["oracle_return"])
-        layer_on = getattr(workflow, "layer_on", False)
-        if ref.operators:   # the operator's baselines played as the policy was: with its safety layer or without
-            ops = baselines.baseline(task, operators=True)["summary"]["operators"]
-            for name in ("myopic", "mpc"):
-                f = ops.get(name + ("+layer" if layer_on else ""))
-                if f is not None:
-                    out.update({f"{name}_return": f["return"], f"{name}_gap_pct": f["gap_pct"],
-                                f"{name}_feasible_share": f["feasible_solved_share"]})
-            out["baselines_layer"] = "on" if layer_on else "off"
-        elif report.get("myopic") is not None:
-            out.update(myopic_return=s["myopic_return"], myopic_gap_pct=s["myopic_gap_pct"],
-                       myopic_feasible_share=s["myopic_feasible_share"], baselines_layer="off")
-    result = {**out, **days, "safety_layer": "on" if getattr(workflow, "layer_on", False) else "off"}
-    return {**result, "units": _units(workflow, result)}
 
 
 def _layer_words(workflow) -> str:
@@ -380,36 +321,20 @@ def _size_warning(config, workflow) -> str | None:
     return None
 
 
-def _format_evaluation(ev: dict, where: str = "test days") -> str:
-    shown = {k: v for k, v in ev.items() if isinstance(v, (int, float))}
-    units = ev.get("units", {})
-    width = max(len(k) for k in shown)
-    layer = ev.get("baselines_layer")
-    said = (f"\n  (the operator's myopic{' and MPC' if 'mpc_gap_pct' in ev else ''} baselines played "
-            f"{'with' if layer == 'on' else 'without'} the safety layer{', as the policy was' if layer == ev.get('safety_layer') else ''})"
-            if layer else "")
-    return f"evaluation of the chosen policy on the {where}:\n" + "\n".join(
-        f"  {k:<{width}}  {v:<11.6g} {units.get(k, '')}".rstrip() for k, v in shown.items()) + said
 
 
 def _eval(args) -> int:
-    from evogrid.utils.checkpoint import Checkpointer, CheckpointError
-    from evogrid.workflows.registry import build
+    from evogrid.utils.checkpoint import CheckpointError
+    from evogrid.workflows.registry import load
 
     run = Path(args.run_dir)
-    if not (run / "config.json").is_file():
-        raise UsageError(f"{run} is not a run directory (no config.json); pass the --out of `evogrid train`")
     try:
-        values = json.loads((run / "config.json").read_text())
-        if not isinstance(values, dict):
-            raise ValueError(f"it holds a {type(values).__name__}, not an object of config keys")
-        config, workflow = build(values)
-        restored = Checkpointer(run / "checkpoints", config.to_dict()).restore_latest(workflow.state_template())
-    except (json.JSONDecodeError, ValueError, CheckpointError) as err:
+        workflow, state, step = load(run)
+    except FileNotFoundError as err:
+        raise UsageError(str(err)) from None
+    except (ValueError, CheckpointError) as err:
         raise UsageError(f"cannot evaluate {run}: config.json: {err}") from None
-    if restored is None:
-        raise UsageError(f"no checkpoint in {run / 'checkpoints'}")
-    step, state = restored
+    config = workflow.config
     if args.plot:
         n_days = workflow.env.num_days(workflow.split_params("test"))
         if n_days is None:
@@ -417,9 +342,9 @@ def _eval(args) -> int:
         if not 0 <= args.day < n_days:
             raise UsageError(f"--day must be in [0, {n_days}) ({config.task} has {n_days} test days), got {args.day}")
     print(f"evogrid eval: {config.algorithm} on {config.task} ({_layer_words(workflow)}), checkpoint of {workflow.unit} {step}")
-    result = _evaluation(workflow, workflow.evaluate(state))
+    result = workflow.report(state)
     (run / "eval.json").write_text(json.dumps(result, indent=1))
-    print(_format_evaluation(result))
+    print(result)
     for what, path in workflow.plot_evaluation(result, run):
         print(f"{what}: {path}")
     if args.plot:
@@ -535,29 +460,12 @@ def _tasks(args) -> int:
     return 0
 
 
-def keep_compiled_programs() -> None:
-    """Keep compiled programs on disk between calls (JAX's persistent compilation cache), so that a second
-    `evogrid` call skips the XLA compilation of every program it compiled before (a resumed or repeated run
-    starts in seconds): in $XDG_CACHE_HOME/evogrid/jax (default ~/.cache) unless JAX_COMPILATION_CACHE_DIR
-    names another directory; EVOGRID_COMPILE_CACHE=0 leaves JAX's setting alone. Every program is kept,
-    the small ones too (JAX keeps only those over 1 s by default): the hundred-odd small programs that
-    building a task and a workflow compiles cost seconds together, and loading one costs about a millisecond
-    (JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS overrides)."""
-    import os
-
-    import jax
-
-    if os.environ.get("EVOGRID_COMPILE_CACHE", "1") == "0":
-        return
-    if not jax.config.jax_compilation_cache_dir:
-        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        jax.config.update("jax_compilation_cache_dir", str(root / "evogrid" / "jax"))
-    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    from evogrid.utils.jax_utils import keep_compiled_programs
+
     keep_compiled_programs()
     parser = argparse.ArgumentParser(prog="evogrid", description="Evolutionary RL on JAX power-system environments.",
                                      epilog="With no command, `evogrid` runs `evogrid train` (with the options given, e.g. "

@@ -216,15 +216,15 @@ def test_eval_compares_with_the_operators_baselines_under_the_runs_safety_settin
     """The myopic and MPC rows of an evaluation are the operator's baselines played as the policy was (with
     the layer for a layered run), and the printout says so."""
     from evogrid import baselines
-    from evogrid.cli import _evaluation, _format_evaluation
     from evogrid.workflows import ECConfig, ECWorkflow
 
     wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=4, episodes_per_individual=1, hidden=(4,), safety=safety))
-    result = _evaluation(wf, wf.evaluate(wf.init()))
+    result = wf.report(wf.init())
     ops = baselines.baseline("tso-case5", operators=True)["summary"]["operators"]
     tag = "+layer" if safety == "on" else ""
     assert result["baselines_layer"] == safety == result["safety_layer"]
     assert result["myopic_gap_pct"] == ops["myopic" + tag]["gap_pct"] != ops["myopic" + ("" if tag else "+layer")]["gap_pct"]
     assert result["mpc_feasible_share"] == ops["mpc" + tag]["feasible_solved_share"]
     said = "with the safety layer, as the policy was" if safety == "on" else "without the safety layer, as the policy was"
-    assert said in _format_evaluation(result)
+    assert said in str(result) and "gap_to_oracle_pct" in str(result)
+    assert result["units"]["return"] == wf.env.units(wf.env_params)["return"]

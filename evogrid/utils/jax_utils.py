@@ -7,6 +7,8 @@ too, with the signatures and return tuples of the PowerZooJax parallelization co
 from __future__ import annotations
 
 import functools
+import os
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -134,3 +136,20 @@ def held_projection_step(a, r, n_eq, x, lo, hi, damping, sweeps: int):
 
     d = solve(jnp.ones(x.shape, bool))
     return solve(~(((x <= lo) & (d < 0)) | ((x >= hi) & (d > 0))))
+
+
+def keep_compiled_programs() -> None:
+    """Keep compiled programs on disk between calls (JAX's persistent compilation cache), so that a second
+    `evogrid` call (or Python session: every `Workflow` turns it on when built) skips the XLA compilation of every program it compiled before (a resumed or repeated run
+    starts in seconds): in $XDG_CACHE_HOME/evogrid/jax (default ~/.cache) unless JAX_COMPILATION_CACHE_DIR
+    names another directory; EVOGRID_COMPILE_CACHE=0 leaves JAX's setting alone. Every program is kept,
+    the small ones too (JAX keeps only those over 1 s by default): the hundred-odd small programs that
+    building a task and a workflow compiles cost seconds together, and loading one costs about a millisecond
+    (JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS overrides)."""
+    if os.environ.get("EVOGRID_COMPILE_CACHE", "1") == "0":
+        return
+    if not jax.config.jax_compilation_cache_dir:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        jax.config.update("jax_compilation_cache_dir", str(root / "evogrid" / "jax"))
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

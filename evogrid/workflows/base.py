@@ -135,7 +135,9 @@ class Workflow:
         task's safety layer stands between every policy the workflow plays and the env (`evogrid.safety`);
         `self.layer_on` says whether it does; `self.own_params` whether you passed the env."""
         from evogrid.safety import Shielded, shield
+        from evogrid.utils.jax_utils import keep_compiled_programs
 
+        keep_compiled_programs()   # as the CLI: programs compiled once are kept on disk (EVOGRID_COMPILE_CACHE=0: off)
         self.config = config = self.check_config(config)
         self.own_params = env is not None
         if env is None:
@@ -220,6 +222,14 @@ class Workflow:
         else:
             metrics = play_days(self.env, params, policy, key=key)
         return metrics["episode_return"], metrics["episode_cost"]
+
+    def report(self, state):
+        """The chosen policy on every test day (`evaluate`) as a labelled `workflows.report.Report`: each figure
+        with its unit, the gap to the task's oracle and the operator's baselines under this run's safety
+        setting (computed once per task and cached). `print()` it for the table `evogrid eval` prints."""
+        from evogrid.workflows.report import report
+
+        return report(self, self.evaluate(state))
 
     def validation_score(self, policy):
         """(mean return, summed cost per channel of each validation day [n_val, C]) of a policy."""

@@ -60,6 +60,36 @@ def build(values: dict, env=None, env_params=None):
     return config, workflow_cls(config, env, env_params)
 
 
+def load(run_dir):
+    """(workflow, state, step) of a finished or interrupted run: the workflow its config.json builds and the
+    state of its newest checkpoint (taken at `step`). Raises FileNotFoundError for a folder that is not a run
+    or holds no checkpoint, ValueError for a damaged config.
+
+        wf, state, step = evogrid.load("runs/cma5")
+        print(wf.report(state))      # the chosen policy on the test days, as `evogrid eval` prints it
+    """
+    import json
+    from pathlib import Path
+
+    from evogrid.utils.checkpoint import Checkpointer
+
+    run = Path(run_dir)
+    if not (run / "config.json").is_file():
+        raise FileNotFoundError(f"{run} is not a run directory (no config.json); pass the --out of `evogrid train`")
+    try:
+        values = json.loads((run / "config.json").read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{run / 'config.json'}: {err}") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"{run / 'config.json'} holds a {type(values).__name__}, not an object of config keys")
+    config, workflow = build(values)
+    restored = Checkpointer(run / "checkpoints", config.to_dict()).restore_latest(workflow.state_template())
+    if restored is None:
+        raise FileNotFoundError(f"no checkpoint in {run / 'checkpoints'}")
+    step, state = restored
+    return workflow, state, step
+
+
 for _name in EC_ALGORITHMS:
     register(_name, ECConfig, ECWorkflow)
 register("ppo", rl_config(PPO), RLWorkflow)
