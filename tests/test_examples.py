@@ -1,4 +1,6 @@
-"""Every example runs as a user would run it (small budgets) and answers --help, so none can rot."""
+"""Every example runs as a user would run it (small budgets) and answers --help, and every Python block of
+the README and the docs runs as written, so none can rot."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +31,28 @@ def test_example_runs(name, tmp_path):
     assert out.stdout.strip()
     helped = _run([f"examples/{name}", "--help"], tmp_path)
     assert helped.returncode == 0 and "usage:" in helped.stdout, helped.stderr[-2000:]
+
+
+def _python_blocks():
+    """(page, index, code) of every ```python block of the README and the docs."""
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    return [(p.relative_to(ROOT).as_posix(), i, code) for p in pages
+            for i, code in enumerate(re.findall(r"```python\n(.*?)```", p.read_text(), re.S))]
+
+
+BLOCKS = _python_blocks()
+
+
+def test_the_docs_have_python_blocks():
+    assert len(BLOCKS) >= 4 and any(page == "README.md" for page, _, _ in BLOCKS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page, index, code", BLOCKS, ids=[f"{p}#{i}" for p, i, _ in BLOCKS])
+def test_documented_python_runs(page, index, code, tmp_path):
+    """Each block on its own, in a fresh process and an empty folder (a block writing runs/ writes there)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, f"{page} block {index}:\n{out.stderr[-3000:]}"
