@@ -251,3 +251,11 @@ def test_rlworkflow_builds_the_learner_a_bare_rlconfig_names():
 
     wf = RLWorkflow(RLConfig(task="tso-case5", algorithm="td3", num_envs=2))
     assert type(wf.config) is TD3Config and wf.config.num_envs == 2 and wf.agent.name == "td3"
+
+
+def test_configs_take_the_clis_spellings_and_share_the_default_task():
+    from evogrid.workflows import ECConfig, ERLConfig, PPOConfig, RLConfig
+
+    assert ECConfig(algorithm="open-es").algorithm == ECConfig(algorithm="OpenES").algorithm == "Open_ES"
+    assert RLConfig(algorithm="PPO").algorithm == "ppo"
+    assert ECConfig().task == PPOConfig().task == ERLConfig().task == RLConfig().task

@@ -90,6 +90,19 @@ def _check_range(name: str, value, meta) -> None:
         raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
 
 
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def _spelled_as_choice(value, choices):
+    """A string choice in the spelling the choices have, whatever its case, '_' and '-' (the CLI's rule:
+    "open-es", "OpenES" and "Open_ES" are one algorithm); anything else unchanged."""
+    if not isinstance(value, str) or choices is None or value in choices:
+        return value
+    same = [c for c in choices if isinstance(c, str) and _norm(c) == _norm(value)]
+    return same[0] if len(same) == 1 else value
+
+
 def refuse_unused(config, chooser: str, owners: dict) -> None:
     """Raise where a field that the value of `chooser` (e.g. the algorithm) does not use is set away from its
     default: `owners` maps such a field to the values that use it. A setting that would be ignored is an error."""
@@ -113,6 +126,7 @@ class Config:
     def __post_init__(self):
         for f in dataclasses.fields(self):
             value = _coerce(f.name, getattr(self, f.name), field_type(type(self), f.name))
+            value = _spelled_as_choice(value, f.metadata.get("choices"))
             _check_range(f.name, value, f.metadata)
             object.__setattr__(self, f.name, value)
         for klass in reversed(type(self).__mro__):

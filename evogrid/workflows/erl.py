@@ -40,7 +40,7 @@ ERL_ALGORITHMS = ("erl", "cemrl")
 class ERLConfig(ConstraintConfig, TD3Hyperparams):
     """An ERL or CEM-RL run: the TD3 learner's hyper-parameters plus the population's."""
 
-    task: str = param("tso-case5", "task name (see `evogrid tasks`)")
+    task: str = param("tso-case14", "task name (see `evogrid tasks`)")
     algorithm: str = param("erl", "hybrid: erl (GA + TD3) or cemrl (CEM + TD3)", choices=ERL_ALGORITHMS)
     pop_size: int = param(10, "population size (plus the learner)", lo=2, cli="--pop")
     episodes: int = param(1, "episodes per actor per generation", lo=1, cli="--episodes")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 
 from evogrid.algorithms import PPO, SAC, TD3
+from evogrid.utils.config import _norm   # one spelling rule for the CLI and the configs
 from evogrid.workflows.apg import APGConfig, APGWorkflow
 from evogrid.workflows.attack import AttackConfig, AttackWorkflow
 from evogrid.workflows.coevo import CoevoConfig, CoevolutionWorkflow
@@ -25,10 +26,6 @@ from evogrid.workflows.qd import MAPElitesConfig, MAPElitesWorkflow
 from evogrid.workflows.rl import RLWorkflow, rl_config
 
 _REGISTRY: dict[str, tuple[str, type, type]] = {}  # normalised name -> (name, config class, workflow class)
-
-
-def _norm(name: str) -> str:
-    return name.lower().replace("_", "").replace("-", "")
 
 
 def register(name: str, config_cls: type, workflow_cls: type) -> None:

@@ -31,7 +31,7 @@ from evogrid.workflows.base import Chosen, Workflow
 class RLConfig(ConstraintConfig):
     """Fields of every gradient-learner run (the agent's hyper-parameters are added by `rl_config`)."""
 
-    task: str = param("tso-case5", "task name (see `evogrid tasks`)")
+    task: str = param("tso-case14", "task name (see `evogrid tasks`)")
     algorithm: str = param("ppo", "gradient learner", choices=("ppo", "td3", "sac"))
     num_envs: int = param(16, "parallel environments", lo=1, cli="--envs")
     rollout_len: int = param(48, "steps per env per iteration", lo=1)
