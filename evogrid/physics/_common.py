@@ -30,7 +30,7 @@ def host_float64():
     """Set-up arithmetic in float64 on the host CPU: x64 on and the CPU device as JAX's default inside.
     An accelerator has no float64 LU (a TPU refuses one: "Only F32 and C64 types are implemented in
     LuDecomposition") and runs float64 slowly where it has it; what is computed once belongs on the host."""
-    with jax.default_device(jax.devices("cpu")[0]), jax.enable_x64(True):
+    with jax.default_device(jax.local_devices(backend="cpu")[0]), jax.enable_x64(True):
         yield
 
 
