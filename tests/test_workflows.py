@@ -105,7 +105,7 @@ def test_default_run_keeps_the_lines_and_most_days_feasible_on_tso_case5():
 
 def test_bad_configs():
     with pytest.raises(ValueError, match="algorithm must be one of Open_ES, CMA_ES"):
-        ECConfig(algorithm="OpenES")
+        ECConfig(algorithm="OpenESS")   # (the spellings of the CLI, OpenES and open-es, are taken)
     with pytest.raises(ValueError, match="pop_size must be even"):
         ECConfig(algorithm="PGPE", pop_size=7)
     with pytest.raises(ValueError, match=r"unknown config key\(s\) popsize; valid keys: .*pop_size"):
