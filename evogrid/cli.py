@@ -293,10 +293,6 @@ def _curve(out, history, config, workflow, test_return=None):
                    return_unit=units["return"], cost_units=units, test_return=test_return)
 
 
-
-
-
-
 def _layer_words(workflow) -> str:
     """Whether the task's safety layer stands between the policy and the grid (and where the search started,
     when not from random weights, and what the MLP outputs, when not the env's actions), for the run's
@@ -319,8 +315,6 @@ def _size_warning(config, workflow) -> str | None:
         return (f"{config.algorithm} keeps a full covariance over {n:,} parameters: expect ~{seconds:.0f} s per "
                 "generation on a 2-core CPU; Sep_CMA_ES or SNES (diagonal) scale to large policies")
     return None
-
-
 
 
 def _eval(args) -> int:
@@ -458,8 +452,6 @@ def _tasks(args) -> int:
     print("\n".join(f"  {t:<{width}}  {describe(t)}" for t in names))
     print("  gymnax:<id>" + " " * max(width - 9, 1) + "  a gymnax environment (e.g. gymnax:CartPole-v1)")
     return 0
-
-
 
 
 def main(argv: list[str] | None = None) -> int:
