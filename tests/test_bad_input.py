@@ -259,3 +259,16 @@ def test_configs_take_the_clis_spellings_and_share_the_default_task():
     assert ECConfig(algorithm="open-es").algorithm == ECConfig(algorithm="OpenES").algorithm == "Open_ES"
     assert RLConfig(algorithm="PPO").algorithm == "ppo"
     assert ECConfig().task == PPOConfig().task == ERLConfig().task == RLConfig().task
+
+
+@pytest.mark.slow
+def test_resume_with_the_metrics_file_lost_keeps_the_checkpoints(tmp_path, capsys):
+    """No checkpoint has complete rows (metrics.jsonl deleted): the newest checkpoint is still taken, with a
+    warning, not thrown away."""
+    run = tmp_path / "run"
+    assert _run(capsys, "train", *SMALL, "--generations", "2", "--out", str(run))[0] == 0
+    (run / "metrics.jsonl").unlink()
+    code, _, err = _run(capsys, "train", *SMALL, "--generations", "3", "--out", str(run), "--resume")
+    assert code == 0, err
+    assert "resumed from generation 2" in err and "generations 1-2 are missing" in err
+    assert _generations(run) == [3]

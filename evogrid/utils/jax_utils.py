@@ -140,8 +140,9 @@ def held_projection_step(a, r, n_eq, x, lo, hi, damping, sweeps: int):
 
 def keep_compiled_programs() -> None:
     """Keep compiled programs on disk between calls (JAX's persistent compilation cache), so that a second
-    `evogrid` call (or Python session: every `Workflow` turns it on when built) skips the XLA compilation of every program it compiled before (a resumed or repeated run
-    starts in seconds): in $XDG_CACHE_HOME/evogrid/jax (default ~/.cache) unless JAX_COMPILATION_CACHE_DIR
+    `evogrid` call (or Python session: every `Workflow` turns it on when built) skips the XLA compilation of
+    every program it compiled before (a resumed or repeated run starts in seconds): in
+    $XDG_CACHE_HOME/evogrid/jax (default ~/.cache) unless JAX_COMPILATION_CACHE_DIR
     names another directory; EVOGRID_COMPILE_CACHE=0 leaves JAX's setting alone. Every program is kept,
     the small ones too (JAX keeps only those over 1 s by default): the hundred-odd small programs that
     building a task and a workflow compiles cost seconds together, and loading one costs about a millisecond

@@ -321,8 +321,13 @@ class Workflow:
             saved = ckpt.steps()
             restored = None
             if resume and saved:   # the newest checkpoint whose generations all have their metrics rows
+                complete = run.complete_through()
+                upto = complete if any(s <= complete for s in saved) else None   # none: keep every checkpoint
                 restored = ckpt.restore_latest(self.state_template() if state is None else state,
-                                               log=_say if progress else None, upto=run.complete_through())
+                                               log=_say if progress else None, upto=upto)
+                if upto is None and restored is not None and restored[0] > complete and primary:
+                    _say(f"warning: metrics rows of {self.unit}s {complete + 1}-{restored[0]} are missing from "
+                         f"{run.path / 'metrics.jsonl'}; resuming from the checkpoint of {self.unit} {restored[0]}")
             if not resume and saved:
                 raise FileExistsError(f"{run.path} already holds checkpoints; pass resume=True (--resume) or use a new directory")
             if restored is not None:
