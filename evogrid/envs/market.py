@@ -31,7 +31,7 @@ from evogrid.envs.profiles import (
     time_features,
 )
 from evogrid.envs.spaces import Box
-from evogrid.physics import as_float, generation_cost, host_float64, host_setup, make_dc_network, make_gen_cost
+from evogrid.physics import as_float, generation_cost, host_setup, make_dc_network, make_gen_cost
 from evogrid.physics.market import DCOPF, dc_opf, make_dcopf, merit_order
 from evogrid.utils.jax_utils import stop_obs_state_gradient
 
@@ -189,8 +189,7 @@ def make_market_params(case: Case | str = "5", max_steps: int = 48, delta_t_hour
     # segment k of unit u covers [k, k + 1] * Pmax / segments; its price is the true average cost there
     pmax = case.gen[:, PMAX]
     edges = pmax[:, None] * np.arange(segments + 1)[None, :] / segments       # [n_units, S + 1]
-    with host_float64():
-        cost = np.asarray(jax.vmap(lambda p: generation_cost(make_gen_cost(case), p), in_axes=1, out_axes=1)(jnp.asarray(edges)))
+    cost = np.asarray(jax.vmap(lambda p: generation_cost(make_gen_cost(case), p), in_axes=1, out_axes=1)(jnp.asarray(edges)))
     width = np.diff(edges, axis=1)
     seg_cost = (np.diff(cost, axis=1) / np.where(width > 0, width, 1.0)).ravel()
     seg_unit = np.repeat(np.arange(n_units), segments)

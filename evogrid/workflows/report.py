@@ -9,10 +9,8 @@ import sys
 class Report(dict):
     """figure name -> value (per-day figures as lists; "units": name -> unit); `str()` is the printed table."""
 
-    where = "test days"
-
     def __str__(self) -> str:
-        return format_report(self, self.where)
+        return format_report(self)
 
 
 def units_of(workflow, result: dict) -> dict:
@@ -52,21 +50,21 @@ def report(workflow, ev) -> dict:
     out = flatten_row({k: np.asarray(v).tolist() for k, v in ev.items() if k not in days}, names)
     task = workflow.config.task
     ref = baselines.reference(task)
+    layer_on = getattr(workflow, "layer_on", False)
     if ref is not None and ref.gap and not workflow.own_params and "day_return" in days:
-        try:
-            report = baselines.baseline(task)
+        try:   # with the operator's baselines (played with and without the layer) where the task has them
+            report = baselines.baseline(task, operators=ref.operators)
         except ImportError as err:   # the AC reference's optional PYPOWER
             print(f"evogrid eval: no gap to the reference: {err}", file=sys.stderr)
-            return Report({**out, **days, "safety_layer": "on" if workflow.layer_on else "off",
+            return Report({**out, **days, "safety_layer": "on" if layer_on else "off",
                            "units": units_of(workflow, {**out, **days})})
         out["gap_to_oracle_pct"], out["gap_days"] = baselines.gap(report, days["day_return"])
         if report.get("bound"):
             out["gap_to_bound_pct"] = baselines.gap(report, days["day_return"], "bound")[0]
         s = report["summary"]
         out.update(oracle_return=s["oracle_return"])
-        layer_on = getattr(workflow, "layer_on", False)
         if ref.operators:   # the operator's baselines played as the policy was: with its safety layer or without
-            ops = baselines.baseline(task, operators=True)["summary"]["operators"]
+            ops = s["operators"]
             for name in ("myopic", "mpc"):
                 f = ops.get(name + ("+layer" if layer_on else ""))
                 if f is not None:
@@ -76,11 +74,11 @@ def report(workflow, ev) -> dict:
         elif report.get("myopic") is not None:
             out.update(myopic_return=s["myopic_return"], myopic_gap_pct=s["myopic_gap_pct"],
                        myopic_feasible_share=s["myopic_feasible_share"], baselines_layer="off")
-    result = {**out, **days, "safety_layer": "on" if getattr(workflow, "layer_on", False) else "off"}
+    result = {**out, **days, "safety_layer": "on" if layer_on else "off"}
     return Report({**result, "units": units_of(workflow, result)})
 
 
-def format_report(ev: dict, where: str = "test days") -> str:
+def format_report(ev: dict) -> str:
     shown = {k: v for k, v in ev.items() if isinstance(v, (int, float))}
     units = ev.get("units", {})
     width = max(len(k) for k in shown)
@@ -88,5 +86,5 @@ def format_report(ev: dict, where: str = "test days") -> str:
     said = (f"\n  (the operator's myopic{' and MPC' if 'mpc_gap_pct' in ev else ''} baselines played "
             f"{'with' if layer == 'on' else 'without'} the safety layer{', as the policy was' if layer == ev.get('safety_layer') else ''})"
             if layer else "")
-    return f"evaluation of the chosen policy on the {where}:\n" + "\n".join(
+    return "evaluation of the chosen policy on the test days:\n" + "\n".join(
         f"  {k:<{width}}  {v:<11.6g} {units.get(k, '')}".rstrip() for k, v in shown.items()) + said
