@@ -14,9 +14,16 @@ SMALL = {"attack_n1.py": ["--generations", "2"], "cost_constrained_es.py": ["--g
          "market_coevolution.py": ["--generations", "2", "--pop", "4"], "plot_profiles.py": ["{tmp}/week.png"]}
 
 
+def _as_a_user_runs_it() -> dict:
+    """The environment with the suite's own compiler setting taken out (conftest turns LLVM's optimiser off):
+    examples and documented blocks run with the flags a user has. The suite's compile cache stays."""
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_backend_optimization_level")]
+    return {**os.environ, "XLA_FLAGS": " ".join(flags), "PYTHONPATH": str(ROOT)}
+
+
 def _run(args, tmp_path):
     return subprocess.run([sys.executable, *[a.format(tmp=tmp_path) for a in args]], capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
+                          timeout=600, cwd=ROOT, env=_as_a_user_runs_it())
 
 
 def test_every_example_has_a_small_budget():
@@ -54,5 +61,5 @@ def test_the_docs_have_python_blocks():
 def test_documented_python_runs(page, index, code, tmp_path):
     """Each block on its own, in a fresh process and an empty folder (a block writing runs/ writes there)."""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=tmp_path,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+                         env=_as_a_user_runs_it())
     assert out.returncode == 0, f"{page} block {index}:\n{out.stderr[-3000:]}"
