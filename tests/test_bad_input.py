@@ -146,14 +146,17 @@ def test_resume_after_a_torn_middle_row_rebuilds_it(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_resume_after_a_torn_metrics_line(tmp_path, capsys):
+    """A kill during an append, in a run whose rows an older version wrote (`return_mean`, today `return`)."""
     run = tmp_path / "run"
     assert _run(capsys, "train", *SMALL, "--generations", "2", "--out", str(run))[0] == 0
-    with open(run / "metrics.jsonl", "a") as f:
-        f.write('{"generation": 3, "fitness_m')  # a kill during an append
+    old = (run / "metrics.jsonl").read_text().replace('"return":', '"return_mean":')
+    (run / "metrics.jsonl").write_text(old + '{"generation": 3, "fitness_m')
     code, _, err = _run(capsys, "train", *SMALL, "--generations", "3", "--out", str(run), "--resume")
     assert code == 0, err
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["generation"] for r in rows] == [1, 2, 3]
+    assert all("return" in r and "return_mean" not in r for r in rows)
+    assert (run / "metrics.csv").read_text().splitlines()[0].split(",").count("return") == 1
 
 
 @pytest.mark.slow

@@ -131,11 +131,11 @@ def test_rl_algorithms_train_resume_and_eval_from_the_command_line(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "evaluation of the chosen policy" in first.stdout and (tmp_path / "run" / "learning_curve.png").exists()
     more = _cli(*args, "--generations", "4", "--resume")
-    assert more.returncode == 0 and "resumed from iteration 2" in more.stderr, more.stderr
+    assert more.returncode == 0 and "resumed from generation 2" in more.stderr, more.stderr
     rows = [json.loads(r) for r in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["generation"] for r in rows] == [1, 2, 3, 4] and "critic_loss" in rows[-1]
     ev = _cli("eval", str(tmp_path / "run"))
-    assert ev.returncode == 0 and "checkpoint of iteration 4" in ev.stdout, ev.stderr
+    assert ev.returncode == 0 and "checkpoint of generation 4" in ev.stdout, ev.stderr
 
 
 def test_config_listing_comes_from_the_config_classes():

@@ -115,7 +115,7 @@ state = wf.init(jax.random.key(0))
 rows = []
 for _ in range(3):
     state, m = wf.step(state)
-    rows.append([float(m["return_mean"]), float(m["grad_norm"]), float(m["val_return"])])
+    rows.append([float(m["return"]), float(m["grad_norm"]), float(m["val_return"])])
 print(json.dumps({"devices": len(jax.devices()), "rows": rows, "params": np.asarray(state.es_state["params"]).tolist()}))
 """
 

@@ -293,7 +293,7 @@ def test_wandb_logging_one_run_per_run_directory(tmp_path, monkeypatch):
     wf.learn(wf.init(), 3, run_dir=run, checkpoint_every=2, resume=True, progress=False, wandb_project="evogrid-tests")
     assert [s for s, _ in fake.logged] == [1, 2, 3] and fake.finished == 2
     assert {i["id"] for i in fake.inits} == {"my-run"} and all(i["resume"] == "allow" for i in fake.inits)
-    assert fake.inits[0]["config"]["pop_size"] == 8 and "return_mean" in fake.logged[0][1] and "generation" not in fake.logged[0][1]
+    assert fake.inits[0]["config"]["pop_size"] == 8 and "return" in fake.logged[0][1] and "generation" not in fake.logged[0][1]
     monkeypatch.setitem(sys.modules, "wandb", None)  # not installed
     with pytest.raises(ValueError, match="pip install wandb"):
         wf.learn(wf.init(), 1, run_dir=tmp_path / "other", progress=False, wandb_project="p")

@@ -4,7 +4,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-RETURN_KEYS = ("return", "return_mean")     # the un-penalised return, whichever the workflow reports
 
 
 def _pyplot():
@@ -30,9 +29,8 @@ def learning_curve(out: Path, history: list[dict], title: str, return_unit: str 
     last = history[-1]
     gens = [r["generation"] for r in history]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
-    key = next((k for k in RETURN_KEYS if k in last), None)
-    if key is not None:
-        ax1.plot(gens, [r[key] for r in history], label="mean episode return")
+    if "return" in last:
+        ax1.plot(gens, [r["return"] for r in history], label="mean episode return")
     if "return_max" in last:
         ax1.plot(gens, [r["return_max"] for r in history], label="best individual's return", alpha=0.7)
     if "val_return" in last:

@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 
 RUN_MARKERS = ("config.json", "metrics.jsonl", "checkpoints")
+RENAMED = {"return_mean": "return"}   # metric keys of older versions -> today's (read so that their runs resume)
 
 
 def atomic_write(path: Path, text: str | bytes) -> None:
@@ -60,7 +61,8 @@ class RunDir:
         atomic_write(self.path / "config.json", json.dumps(config, indent=2))
 
     def _rows(self) -> dict[int, dict]:
-        """generation -> its row (the last written, where one was written twice); torn lines dropped."""
+        """generation -> its row (the last written, where one was written twice), keys of older versions
+        renamed (`RENAMED`); torn lines dropped."""
         path = self.path / "metrics.jsonl"
         rows = {}
         for line in path.read_text().splitlines() if path.exists() else ():
@@ -69,7 +71,7 @@ class RunDir:
             except json.JSONDecodeError:
                 continue   # a kill during an append
             if isinstance(row, dict) and isinstance(row.get("generation"), int):
-                rows[row["generation"]] = {k: float("nan") if v is None else v for k, v in row.items()}
+                rows[row["generation"]] = {RENAMED.get(k, k): float("nan") if v is None else v for k, v in row.items()}
         return rows
 
     def read_history(self, upto: int) -> list[dict]:

@@ -68,8 +68,6 @@ class GradientStep:
 class APGWorkflow(ECWorkflow):
     """Train an MLP policy for `config.task` by gradients through the env (see the module docstring)."""
 
-    unit = "step"
-
     def check_mesh(self):
         """A step's days, not a population, are split over the devices: their count must divide evenly."""
         n_days = min(self.config.episodes_per_individual, self.env.num_days(self.env_params))
@@ -123,7 +121,7 @@ class APGWorkflow(ECWorkflow):
             generation=state.generation + 1, best_params=best[0], best_obs_norm=best[1], chosen=best[2],
         )
         return state, {
-            "return_mean": returns.mean(), "cost_total": costs.sum(-1).mean(), "cost_channels": costs.mean(0),
+            "return": returns.mean(), "cost_total": costs.sum(-1).mean(), "cost_channels": costs.mean(0),
             "grad_norm": jnp.linalg.norm(grad), "nonfinite_grad": (~finite).astype(jnp.float32),
             "multiplier": state.lagrangian.multiplier, **state.chosen.metrics(),
             "env_steps": (state.generation * days.shape[0] * self.env_params.max_steps).astype(jnp.float32),

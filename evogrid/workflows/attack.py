@@ -145,7 +145,7 @@ class AttackWorkflow(Workflow):
         op_es = self.operator.tell(k_tell_op, operators, op_fitness, op_es)
         att_es = self.attacker.tell(k_tell_att, attacks, att_fitness, att_es)
         state = AttackState(key=jax.random.key_data(key), operator=op_es, attacker=att_es, generation=state.generation + 1)
-        metrics = {"return_mean": ret.mean(), "damage_mean": damage.mean(), "damage_max": damage.max(),
+        metrics = {"return": ret.mean(), "damage_mean": damage.mean(), "damage_max": damage.max(),
                    "cost_channels": cost.mean(0)}
         return state, metrics
 

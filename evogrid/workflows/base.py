@@ -106,10 +106,9 @@ class Chosen:
 
 
 class Workflow:
-    """Subclasses set `unit` (what one `step` is called) and implement `_init(key)`, `_step(state)`,
-    `_evaluate(state)`. `self.config` is a frozen config (utils/config.py) with `task` and `seed`."""
-
-    unit = "generation"
+    """Subclasses implement `_init(key)`, `_step(state)`, `_evaluate(state)`. `self.config` is a frozen config
+    (utils/config.py) with `task` and `seed`. One `step` of any workflow is a "generation" (an ES generation, an
+    RL iteration, an APG update), the one name of the CLI's `--generations` and of the metrics rows' key."""
 
     config_type: type | None = None   # the config class (or a base of it) this workflow is built from
 
@@ -326,8 +325,8 @@ class Workflow:
                 restored = ckpt.restore_latest(self.state_template() if state is None else state,
                                                log=_say if progress else None, upto=upto)
                 if upto is None and restored is not None and restored[0] > complete and primary:
-                    _say(f"warning: metrics rows of {self.unit}s {complete + 1}-{restored[0]} are missing from "
-                         f"{run.path / 'metrics.jsonl'}; resuming from the checkpoint of {self.unit} {restored[0]}")
+                    _say(f"warning: metrics rows of generations {complete + 1}-{restored[0]} are missing from "
+                         f"{run.path / 'metrics.jsonl'}; resuming from the checkpoint of generation {restored[0]}")
             if not resume and saved:
                 raise FileExistsError(f"{run.path} already holds checkpoints; pass resume=True (--resume) or use a new directory")
             if restored is not None:
@@ -337,7 +336,7 @@ class Workflow:
                 run.claim(self.config_dict())
                 run.write_history(history)
             if progress and restored:
-                _say(f"resumed from {self.unit} {start} in {run.path}")
+                _say(f"resumed from generation {start} in {run.path}")
             elif resume and primary:   # one warning line, also with progress off
                 _say(f"warning: nothing to resume in {run.path} (no checkpoint); starting from scratch")
         if state is None:
@@ -345,7 +344,7 @@ class Workflow:
         files = run is not None and primary
         sinks = _Sinks(_tensorboard(run.path, start) if files else None,
                        _wandb_run(run.path, wandb_project, self.config_dict()) if files and wandb_project else None)
-        bar = Progress(self.unit, start, generations, self.env.units(self.env_params)["return"]) if progress else None
+        bar = Progress(start, generations, self.env.units(self.env_params)["return"]) if progress else None
         names = self.metric_names()
         self.interrupted = False
         with _stop_requests() as stop:
@@ -370,7 +369,7 @@ class Workflow:
             state, metrics = self.steps(state, jnp.int32(k), per_call)
             bad = _first_nan(state)
             if bad is not None:
-                where = f"{self.unit} {gen + 1}" + (f"-{gen + k}" if k > 1 else "")
+                where = f"generation {gen + 1}" + (f"-{gen + k}" if k > 1 else "")
                 raise FloatingPointError(f"{where}: the run state holds NaN in {bad} (the search diverged); "
                                          f"the last checkpoint before it is kept; try a smaller step size or sigma")
             metrics = _to_python(metrics)
@@ -391,7 +390,7 @@ class Workflow:
             self.call_seconds.append((k, t_end - t_call, time.perf_counter() - t0 - t_end))
             if stopping:
                 self.interrupted = True
-                _say(f"stopped after {self.unit} {done} on request; checkpoint written")
+                _say(f"stopped after generation {done} on request; checkpoint written")
                 break
         return state, history
 
@@ -501,7 +500,7 @@ def _to_python(metrics) -> dict:
 
 # what progress shows, in the run's return unit: the training days' mean return, the validation return of the policy
 # kept so far (what chooses it; once there is one) and the summed cost
-SHOWN = {"return": "return", "return_mean": "return", "val_return": "kept policy's val return", "cost_total": "cost"}
+SHOWN = {"return": "return", "val_return": "kept policy's val return", "cost_total": "cost"}
 
 
 class Progress:
@@ -509,8 +508,8 @@ class Progress:
     come from the steady-state steps after it. On a terminal a tqdm bar (80 columns); in a log a
     plain line every 5% of the run."""
 
-    def __init__(self, unit: str, start: int, total: int, return_unit: str = ""):
-        self.unit, self.start, self.total, self.return_unit = unit, start, total, return_unit
+    def __init__(self, start: int, total: int, return_unit: str = ""):
+        self.start, self.total, self.return_unit = start, total, return_unit
         self.t0 = time.perf_counter()
         self.t_first = None
         self.tty = sys.stderr.isatty()
@@ -523,13 +522,13 @@ class Progress:
                  if isinstance(row.get(k), (int, float)) and math.isfinite(row[k])}
         if self.t_first is None:
             self.t_first, self.first_done = now, done
-            what = f"first {self.unit}" if steps == 1 else f"first {steps} {self.unit}s"
+            what = "first generation" if steps == 1 else f"first {steps} generations"
             _say(f"{what} (compile + run) took {now - self.t0:.1f} s"
                  + (f"; returns in {self.return_unit}" if self.return_unit else ""))
             if self.tty:
                 from tqdm import tqdm
 
-                self.bar = tqdm(total=self.total, initial=done, unit=self.unit[:3], ncols=80, file=sys.stderr,
+                self.bar = tqdm(total=self.total, initial=done, unit="gen", ncols=80, file=sys.stderr,
                                 dynamic_ncols=False, leave=True)
             return
         if self.bar is not None:
@@ -540,7 +539,7 @@ class Progress:
         if done == self.total or (done - self.start) // step != (done - steps - self.start) // step:
             rate = (now - self.t_first) / max(done - self.first_done, 1)
             text = "  ".join(f"{k} {v}" for k, v in shown.items())
-            _say(f"{self.unit} {done}/{self.total}  {text}  {rate:.3g} s/{self.unit[:3]}  ETA {rate * (self.total - done):.0f} s")
+            _say(f"generation {done}/{self.total}  {text}  {rate:.3g} s/gen  ETA {rate * (self.total - done):.0f} s")
 
     def close(self) -> None:
         if self.bar is not None:

@@ -305,7 +305,7 @@ class ECWorkflow(Workflow):
             generation=state.generation + 1, best_params=best[0], best_obs_norm=best[1], chosen=best[2],
         )
         out = {
-            "fitness_max": fitness.max(), "fitness_mean": fitness.mean(), "return_mean": returns.mean(),
+            "fitness_max": fitness.max(), "fitness_mean": fitness.mean(), "return": returns.mean(),
             "return_max": returns.max(), "cost_total": costs.sum(-1).mean(), "cost_channels": costs.mean(0),
             "multiplier": lagrangian.multiplier, **state.chosen.metrics(),
             "env_steps": (state.generation * self.config.pop_size * self.config.episodes_per_individual

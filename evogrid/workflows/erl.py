@@ -183,7 +183,7 @@ class ERLWorkflow(Workflow):
                             key=jax.random.key_data(key), generation=state.generation + 1, best=best, chosen=chosen)
         metrics.update(chosen.metrics())
         n_played = (cfg.pop_size + 1) * cfg.episodes * self.env_params.max_steps
-        return new, {"fitness_max": fit.max(), "fitness_mean": fit.mean(), "return_mean": returns.mean(),
+        return new, {"fitness_max": fit.max(), "fitness_mean": fit.mean(), "return": returns.mean(),
                      "cost_total": costs.sum(-1).mean(), "cost_channels": costs.mean(0),
                      "multiplier": lagrangian.multiplier, **losses, **metrics,
                      "env_steps": (new.generation * n_played).astype(jnp.float32)}

@@ -54,7 +54,7 @@ class PBTFields(RLConfig):
 
     agents: int = param(4, "members of the population", lo=2)
     num_envs: int = param(4, "parallel environments per member", lo=1, cli="--envs")
-    select_every: int = param(10, "iterations between validation rounds (choice of the policy, exploit and explore)",
+    select_every: int = param(10, "generations (iterations) between validation rounds (choice of the policy, exploit and explore)",
                               lo=1)
     truncation: float = param(0.25, "share of the population replaced at each round (and the share copied from)",
                               lo=0.0, lo_open=True, hi=0.5)

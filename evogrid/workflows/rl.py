@@ -37,7 +37,7 @@ class RLConfig(ConstraintConfig):
     rollout_len: int = param(48, "steps per env per iteration", lo=1)
     hidden: tuple[int, ...] = param((64, 64), "actor and critic hidden layer widths", lo=1)
     eval_episodes: int = param(16, "evaluation episodes of tasks without days (gymnax); day tasks play every test day", lo=1)
-    select_every: int = param(5, "iterations between re-evaluations of the policy on the validation days", lo=1)
+    select_every: int = param(5, "generations (iterations) between re-evaluations of the policy on the validation days", lo=1)
     seed: int = param(0, "random seed", lo=0)
 
 
@@ -66,8 +66,6 @@ class RLState:
 
 class RLWorkflow(Workflow):
     """A gradient learner on a task; `config` comes from `rl_config(agent)` (e.g. `PPOConfig`)."""
-
-    unit = "iteration"
 
     config_type = RLConfig
 
