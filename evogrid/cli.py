@@ -138,7 +138,7 @@ def _train_parser(config_cls, algorithm: str) -> argparse.ArgumentParser:
                    f"{DEFAULT_ALGORITHM}; `evogrid config --algorithm NAME` lists its options); case and '_'/'-' do not matter")
     p.add_argument("--config", help="JSON, TOML or YAML file of config keys; command-line options override it")
     p.add_argument("--out", help="run directory (default runs/<task>-<algorithm>-<time>)")
-    p.add_argument("--generations", type=int, default=300, help="total generations / iterations (default 300)")
+    p.add_argument("--generations", type=int, default=300, help="total generations: steps of the workflow (an ES generation, an RL iteration, an APG update; default 300)")
     p.add_argument("--checkpoint-every", type=int, default=25, help="generations between checkpoints (default 25)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its newest checkpoint, with the run's own config")
@@ -249,7 +249,7 @@ def _train(argv: list[str]) -> int:
     if primary:
         n_dev, n_proc = jax.device_count(), jax.process_count()
         print(f"evogrid train: {config.algorithm} on {config.task} ({_layer_words(workflow)}), {args.generations} "
-              f"{workflow.unit}s on {n_dev} "
+              f"generations on {n_dev} "
               f"{jax.devices()[0].platform.upper()} device(s)" + (f" in {n_proc} processes" if n_proc > 1 else "")
               + f" -> {out}", flush=True)
     warning = _size_warning(config, workflow)
@@ -267,7 +267,7 @@ def _train(argv: list[str]) -> int:
     if workflow.interrupted:
         if primary:
             _curve(out, history, config, workflow)
-            print(f"evogrid: interrupted at {workflow.unit} {history[-1]['generation'] if history else 0}; checkpoint, "
+            print(f"evogrid: interrupted at generation {history[-1]['generation'] if history else 0}; checkpoint, "
                   f"metrics and curve are in {out}. Continue with:\n  evogrid train --resume --out {out} "
                   f"--generations {args.generations}", file=sys.stderr)
         return 130
@@ -335,7 +335,7 @@ def _eval(args) -> int:
             raise UsageError(f"{config.task} has no days to plot")
         if not 0 <= args.day < n_days:
             raise UsageError(f"--day must be in [0, {n_days}) ({config.task} has {n_days} test days), got {args.day}")
-    print(f"evogrid eval: {config.algorithm} on {config.task} ({_layer_words(workflow)}), checkpoint of {workflow.unit} {step}")
+    print(f"evogrid eval: {config.algorithm} on {config.task} ({_layer_words(workflow)}), checkpoint of generation {step}")
     result = workflow.report(state)
     (run / "eval.json").write_text(json.dumps(result, indent=1))
     print(result)
@@ -439,7 +439,7 @@ def _cases(args) -> int:
 
     for name in list_cases():
         c = load_case(name)
-        print(f"  {name:>5}  buses {c.n_bus:>4}  units {c.n_units:>3}  branches {c.n_branch:>4}")
+        print(f"  {name:>10}  buses {c.n_bus:>4}  units {c.n_units:>4}  branches {c.n_branch:>5}")
     return 0
 
 
@@ -454,11 +454,8 @@ def _tasks(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    from evogrid.utils.jax_utils import keep_compiled_programs
-
-    keep_compiled_programs()
+def _parser() -> argparse.ArgumentParser:
+    """The commands other than `train` (whose options depend on the algorithm: `_train_values`)."""
     parser = argparse.ArgumentParser(prog="evogrid", description="Evolutionary RL on JAX power-system environments.",
                                      epilog="With no command, `evogrid` runs `evogrid train` (with the options given, e.g. "
                                             "`evogrid --task tso-case5`).")
@@ -494,6 +491,15 @@ def main(argv: list[str] | None = None) -> int:
     be.add_argument("--out", default="bench", help="output directory (default bench/)")
     sub.add_parser("cases", help="list shipped grid cases")
     sub.add_parser("tasks", help="list task names for `make`")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    from evogrid.utils.jax_utils import keep_compiled_programs
+
+    keep_compiled_programs()
+    parser = _parser()
     try:
         if not argv or argv[0] == "train":
             return _train(argv[1:])

@@ -63,3 +63,52 @@ def test_documented_python_runs(page, index, code, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=tmp_path,
                          env=_as_a_user_runs_it())
     assert out.returncode == 0, f"{page} block {index}:\n{out.stderr[-3000:]}"
+
+
+def _documented_commands():
+    """(page, argv after `evogrid`) of every `evogrid` and `dev.py run` command line in a shell block of the
+    README and the docs (`dev.py run ARGS` is `evogrid ARGS`)."""
+    import re
+    import shlex
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    out = []
+    for p in pages:
+        for block in re.findall(r"```(?:bash|sh|shell|console)\n(.*?)```", p.read_text(), re.S):
+            for line in block.splitlines():
+                words = shlex.split(line, comments=True)
+                at = next((i for i, w in enumerate(words) if w.endswith("evogrid") or w.endswith("dev.py")), None)
+                if at is None or (words[at].endswith("dev.py") and words[at + 1:at + 2] != ["run"]):
+                    continue
+                rest = words[at + 1:]
+                out.append((p.relative_to(ROOT).as_posix(), rest[1:] if words[at].endswith("dev.py") else rest))
+    return out
+
+
+COMMANDS = _documented_commands()
+
+
+def test_every_documented_command_line_is_accepted(tmp_path, monkeypatch, capsys):
+    """Each documented `evogrid` command parses, names a known algorithm, task and options and builds its config
+    (train) or is a known command with known options; the listing commands and --help run. Running the training
+    lines in full is the other tests' part (their budgets are minutes each)."""
+    from evogrid import cli
+
+    assert len(COMMANDS) >= 15 and any(page == "README.md" for page, _ in COMMANDS)
+    monkeypatch.chdir(tmp_path)   # `--resume --out runs/x` reads no run of the checkout's
+    for page, argv in COMMANDS:
+        where = f"{page}: evogrid {' '.join(argv)}"
+        if "--help" in argv or argv[:1] in (["tasks"], ["config"], ["cases"]):
+            try:
+                code = cli.main(argv)
+            except SystemExit as stop:   # argparse's --help
+                code = stop.code
+            assert code == 0, where
+        elif not argv or argv[0] == "train" or argv[0].startswith("-"):
+            _, values = cli._train_values(argv[1:] if argv and argv[0] == "train" else argv)
+            from evogrid.workflows.registry import resolve
+
+            resolve(values["algorithm"])[1].from_dict(values)
+        else:
+            cli._parser().parse_args(argv)
+    capsys.readouterr()
