@@ -25,10 +25,10 @@ os.environ.setdefault("XDG_CACHE_HOME", os.path.join(tempfile.gettempdir(), "evo
 import numpy as np
 import pytest
 
-from evogrid.case import list_cases, load_case
+from evogrid.case import LARGE_CASES, list_cases, load_case
 from evogrid.case.matpower import PD, PG, QD, QG
 
-ALL_CASES = list_cases()
+ALL_CASES = [c for c in list_cases() if c not in LARGE_CASES]   # the grids of real size: tests/test_large_grids.py
 
 
 def ppc_of(case):

@@ -35,7 +35,8 @@ mpc.gencost = [
 
 
 def test_list_and_names():
-    assert list_cases() == ["118", "14", "141", "30", "33bw", "5", "57", "9"]
+    assert list_cases() == ["118", "1354pegase", "14", "141", "2000goc", "2869pegase", "30", "33bw", "5", "57", "9",
+                            "9241pegase"]
     assert load_case(14).n_bus == load_case("case14").n_bus == 14
     c = load_case("5")
     assert (c.n_bus, c.n_units, c.n_branch) == (5, 5, 6)
@@ -65,7 +66,7 @@ def test_case33bw_matches_pandapower_network():
 
 
 def test_unknown_case_lists_known():
-    with pytest.raises(ValueError, match=r"unknown case 'case7'.*118, 14, 141, 30, 33bw, 5, 57, 9"):
+    with pytest.raises(ValueError, match=r"unknown case 'case7'.*118, 1354pegase, 14, 141, 2000goc, 2869pegase, 30, 33bw, 5, 57, 9, 9241pegase"):
         load_case("case7")
 
 

@@ -8,7 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from evogrid.case import LARGE_CASES
 from evogrid.envs import list_tasks, make
+from evogrid.envs.registry import parse_task
 from evogrid.safety import shield
 from evogrid.utils.config import unused_options
 from evogrid.workflows.registry import algorithms, build, config_class
@@ -41,8 +43,9 @@ def test_every_algorithm_compiles_once_and_steps(name):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("task", [t for t in list_tasks() if not t.endswith("-real")])
+@pytest.mark.parametrize("task", [t for t in list_tasks() if not t.endswith("-real") and parse_task(t).case not in LARGE_CASES])
 def test_every_task_steps_under_jit_and_vmap(task):
+    """Every task but the grids of real size (tests/test_large_grids.py)."""
     env, params = make(task, max_steps=3, n_days=2)
     env = shield(env, params, "auto")
     n_act = env.action_space(params).shape[0]

@@ -287,9 +287,12 @@ def _check_connected(case: Case) -> None:
 
 
 def read_case_file(path: str | Path) -> Case:
+    """A MATPOWER `.m` file, or one compressed with gzip (`.m.gz`)."""
+    import gzip
+
     path = Path(path)
     try:
-        text = path.read_text()
-    except UnicodeDecodeError:
-        raise CaseFormatError(f"{path}: not a text file; expected MATPOWER-format text") from None
-    return parse_matpower(text, name=path.stem)
+        text = gzip.open(path, "rt").read() if path.suffix == ".gz" else path.read_text()
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError):
+        raise CaseFormatError(f"{path}: not a text file; expected MATPOWER-format text (or gzip of it)") from None
+    return parse_matpower(text, name=path.name.split(".")[0])

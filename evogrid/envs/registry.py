@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from evogrid.case import list_cases
+from evogrid.case import LARGE_CASES, list_cases
 
 RADIAL_FEEDERS = ("33bw", "141")  # distribution feeders: DSO/DERs tasks, not TSO dispatch
 TSO_SUFFIXES = {"ac": {"ac": True, "enforce_q_limits": True}, "n1": {"n1": True, "outages_per_day": 2.0}}
@@ -37,7 +37,8 @@ def list_tasks() -> list[str]:
         if cases is None:
             names.append(prefix)
         for c in cases or ():
-            names += [f"{prefix}-case{c}"] + ([f"{prefix}-case{c}-{x}" for x in TSO_SUFFIXES] if prefix == "tso" else [])
+            with_suffixes = prefix == "tso" and c not in LARGE_CASES
+            names += [f"{prefix}-case{c}"] + ([f"{prefix}-case{c}-{x}" for x in TSO_SUFFIXES] if with_suffixes else [])
     names += [f"{n}-{x}" for n in names for x in SUFFIXES]
     return names
 
@@ -73,6 +74,10 @@ def parse_task(name: str) -> TaskName:
         known = {**(TSO_SUFFIXES if prefix == "tso" else {}), **SUFFIXES,
                  **{x: {"forecast_steps": int(x[2:])} for x in parts if _is_forecast(x)}}
         one_each = len(set(parts)) == len(parts) and sum(map(_is_forecast, parts)) <= 1
+        if case in LARGE_CASES and set(parts) & set(TSO_SUFFIXES):
+            raise ValueError(f"{name}: the AC (-ac) and N-1 (-n1) modes are for the IEEE cases (up to 118 buses); "
+                             f"the pglib-opf grids of real size ({', '.join(LARGE_CASES)}) are DC dispatch tasks "
+                             f"(tso-case{case}, with -real or -fc<H> if wanted)")
         if (case is None) == (cases is None) and one_each and all(x in known for x in parts):
             return TaskName(prefix, case, tuple(parts), {k: v for x in parts for k, v in known[x].items()})
     import difflib
