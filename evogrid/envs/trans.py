@@ -608,7 +608,8 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         n1_rate=None if contingencies is None else as_float(
             np.maximum(rate, derived_n1_ratings(case, model, contingencies, rating_margin)) if derive else n1_rating * rate),
     )
-    init = _initial_states(params, start_dispatch(case, load_p, float(case.bus[:, GS].sum())))
+    lines = None if ac else tuple(np.asarray(x, np.float64) for x in (params.dc.ptdf, params.dc.flow0, rate))
+    init = _initial_states(params, start_dispatch(case, load_p, float(case.bus[:, GS].sum()), lines))
     return params.replace(init=init, init_obs=_day_obs(init, params))  # compiled: eager ops cost 0.8 s
 
 
