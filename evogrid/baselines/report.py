@@ -113,10 +113,13 @@ def schedule_report(oracle, kind: str, returns=None, costs=None) -> dict:
     report = {
         "days": int(len(oracle)), "oracle_kind": kind,
         "oracle": {"status": [r.status for r in oracle], "cost": [r.cost for r in oracle],
+                   "seconds": [r.seconds for r in oracle],
                    "binding": {name: [r.binding.get(name, False) for r in oracle]
                                for name in dict.fromkeys(k for r in oracle for k in r.binding)}},
         "myopic": None if returns is None else {"return": returns.tolist(), "violation": costs.sum(1).tolist()},
     }
     report["summary"] = summarise(report, returns, None if costs is None else costs.sum(1))
     report["summary"]["feasible_days"] = sum(r.status == "optimal" for r in oracle)
+    if oracle and all(r.seconds is not None for r in oracle):
+        report["summary"]["oracle_seconds_per_day"] = float(np.mean([r.seconds for r in oracle]))
     return report

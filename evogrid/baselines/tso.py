@@ -48,6 +48,7 @@ class DaySchedule:
     n1_rows: int = 0                   # N-1 rows constraint generation added
     vm: np.ndarray | None = None       # [T, n_vbus] p.u. voltages of the voltage-controlled buses (AC reference)
     ask: np.ndarray | None = None      # [T, n_units] MW the set-points to ask for to get `pg` (AC reference; else `pg`)
+    seconds: float | None = None       # wall time of the day's solve (every constraint-generation round), where timed
 
 
 class _Problem:
@@ -301,6 +302,8 @@ def dc_opf_oracle(params, days=None, max_rounds: int = 50, progress=None) -> lis
     """The perfect-foresight multi-period DC-OPF of each day (default: every day of `params`); on tasks
     with outages and N-1 screening, security-constrained (rows added by constraint generation, at most
     `max_rounds` solves a day). `progress(done, total)` is called after each day."""
+    import time
+
     prob = _Problem(params)
     out = []
     for d in each_day(range(prob.load.shape[0]) if days is None else days, progress):
@@ -308,14 +311,17 @@ def dc_opf_oracle(params, days=None, max_rounds: int = 50, progress=None) -> lis
         if grids is not None and any(g is None for g in grids):
             out.append(DaySchedule(int(d), "islanded", None))
             continue
+        t0 = time.perf_counter()
         sol, n1_rows = prob.solve(prob.load[d], prob.start[d], grids, max_rounds, where=f"day {d}: ")
+        seconds = time.perf_counter() - t0
         if not sol.ok:
-            out.append(DaySchedule(int(d), sol.status, None))
+            out.append(DaySchedule(int(d), sol.status, None, seconds=seconds))
             continue
         T = prob.load.shape[1]
         pg = sol.x[:T * prob.n_units].reshape(T, prob.n_units)
         line, ramp = prob.binding(pg, prob.load[d], prob.start[d], grids)
-        out.append(DaySchedule(int(d), "optimal", float(sol.objective), pg, {"line": line, "ramp": ramp}, n1_rows))
+        out.append(DaySchedule(int(d), "optimal", float(sol.objective), pg, {"line": line, "ramp": ramp}, n1_rows,
+                               seconds=seconds))
     return out
 
 
@@ -465,7 +471,8 @@ def _reference_words(task) -> str:
 
 
 def _reference_rows(s) -> list[tuple[str, str]]:
-    return [("oracle mean return", f"{s['oracle_return']:.4f}"), ("oracle infeasible days", f"{s['infeasible_days']}"),
+    timed = [("oracle solve time, s/day", f"{s['oracle_seconds_per_day']:.2f}")] if "oracle_seconds_per_day" in s else []
+    return [("oracle mean return", f"{s['oracle_return']:.4f}"), ("oracle infeasible days", f"{s['infeasible_days']}"), *timed,
             *binding_rows(s), ("myopic mean return", f"{s['myopic_return']:.4f}"),
             ("myopic feasible days", percent(s["myopic_feasible_share"])),
             ("myopic gap to the oracle", f"{s['myopic_gap_pct']:.3f}% of cost")]
