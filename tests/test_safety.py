@@ -275,7 +275,8 @@ def test_lookahead_keeps_the_evening_drop_within_the_ramps_reach():
     without the look-ahead the drop outruns its ramp and the slack unit is pushed below its minimum (the
     balance channel); with it (on the observation's forecast, perfect here) the layer lowers Brighton ahead
     of the drop and the balance and ramp channels stay at 0, each step's dispatch keeping the next loads
-    within reach. (The first step's thermal excess is the start-of-day dispatch's.)"""
+    within reach. (The day starts within the line ratings: the start-of-day dispatch is the first interval's
+    cheapest within them: Brighton at 495 MW, where the economic dispatch put it at its 600 MW maximum.)"""
     with jax.enable_x64(True):
         level = np.array([0.8] * 6 + [0.7] + [0.6] * 5)
         load = level[None, :, None] * load_case("5").bus[None, None, :, PD]
@@ -293,7 +294,7 @@ def test_lookahead_keeps_the_evening_drop_within_the_ramps_reach():
 
         assert redispatch_layer(params).lookahead == 8
         raw = day(redispatch_layer(params, lookahead=0))
-        assert sum(float(c[1]) for _, c in raw) > 0.1
+        assert sum(float(c[1]) for _, c in raw) > 0.05   # measured 0.074, at the drop's second step
         ahead = day(redispatch_layer(params))
         assert max(float(c[1:].max()) for _, c in ahead) <= 1e-12
         totals = load.sum(-1)[0]
