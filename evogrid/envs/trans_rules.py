@@ -133,6 +133,7 @@ def start_dispatch(case: Case, load_p: np.ndarray, gs_total: float, lines=None) 
     from evogrid.physics import economic_dispatch
 
     pmin, pmax = case.gen[:, PMIN], case.gen[:, PMAX]
+    within = None if lines is None else _within_ratings(case, *lines)
     out = []
     for load in load_p[:, 0]:
         demand = load.sum() + gs_total
@@ -142,35 +143,37 @@ def start_dispatch(case: Case, load_p: np.ndarray, gs_total: float, lines=None) 
             share = np.clip((demand - pmin.sum()) / max((pmax - pmin).sum(), 1e-6), 0.0, 1.0)
             out.append(pmin + share * (pmax - pmin))
             continue
-        out.append(pg if lines is None else _within_ratings(case, pg, load, demand, *lines))
+        out.append(pg if within is None else within(pg, load, demand))
     return np.array(out)
 
 
-def _within_ratings(case: Case, pg, load, demand, ptdf, flow0, rate, max_rounds: int = 30) -> np.ndarray:
-    """`pg` where its DC flows meet `rate`, else the least-cost dispatch meeting `demand` that does: the QP
-    with the balance row and the rows of the lines found over their rating, added round by round until no
-    line is (a few hundred of thousands of lines ever bind)."""
+def _within_ratings(case: Case, ptdf, flow0, rate, max_rounds: int = 30):
+    """`within(pg, load, demand)`: the economic dispatch `pg` where its DC flows meet `rate`, else the least-cost
+    dispatch meeting `demand` that does: the QP with the balance row and the rows of the lines found over their
+    rating, added round by round until no line is (a few hundred of thousands of lines ever bind). It is
+    called only where `economic_dispatch` took the costs (polynomials of degree <= 2)."""
     from evogrid.baselines.solvers import solve_qp
+    from evogrid.physics.cost import poly_coefficients
 
     gen_ptdf = ptdf[:, case.gen_bus]                   # [n_branch, n_units] MW of flow per MW of each unit
-    const = flow0 - ptdf @ load
     limited = np.isfinite(rate)
-    rows = np.zeros(case.n_branch, bool)
-    coef = np.zeros((case.n_units, 3))                 # c0, c1, c2: polynomials of degree <= 2 (economic_dispatch's check)
-    for i, row in enumerate(case.gencost):
-        coef[i, :int(row[3])] = row[4:4 + int(row[3])][::-1]
-    c1, c2 = coef[:, 1], coef[:, 2]
-    for _ in range(max_rounds):
-        over = limited & (np.abs(gen_ptdf @ pg + const) > rate * (1 + 1e-9)) & ~rows
-        if not over.any():
-            return pg
-        rows |= over
-        a = np.vstack([np.ones((1, case.n_units)), gen_ptdf[rows]])
-        lo = np.concatenate([[demand], -rate[rows] - const[rows]])
-        up = np.concatenate([[demand], rate[rows] - const[rows]])
-        sol = solve_qp(c1, a, lo, up, case.gen[:, PMIN], case.gen[:, PMAX], hess_diag=2 * c2)
-        if not sol.ok:
-            raise ValueError(f"{case.name}: no dispatch of a day's first interval meets the line ratings "
-                             f"({sol.status}); pass ratings='derived'")
-        pg = sol.x
-    raise ValueError(f"{case.name}: the start-of-day dispatch within the ratings did not settle in {max_rounds} rounds")
+    _, c1, c2 = poly_coefficients(case.gencost).T
+
+    def within(pg, load, demand):
+        const = flow0 - ptdf @ load
+        rows = np.zeros(case.n_branch, bool)
+        for _ in range(max_rounds):
+            over = limited & (np.abs(gen_ptdf @ pg + const) > rate * (1 + 1e-9)) & ~rows
+            if not over.any():
+                return pg
+            rows |= over
+            a = np.vstack([np.ones((1, case.n_units)), gen_ptdf[rows]])
+            lo = np.concatenate([[demand], -rate[rows] - const[rows]])
+            up = np.concatenate([[demand], rate[rows] - const[rows]])
+            sol = solve_qp(c1, a, lo, up, case.gen[:, PMIN], case.gen[:, PMAX], hess_diag=2 * c2)
+            if not sol.ok:
+                raise ValueError(f"{case.name}: no dispatch of a day's first interval meets the line ratings "
+                                 f"({sol.status}); pass ratings='derived'")
+            pg = sol.x
+        raise ValueError(f"{case.name}: the start-of-day dispatch within the ratings did not settle in {max_rounds} rounds")
+    return within

@@ -29,6 +29,16 @@ class GenCost:
     any_pwl: bool = struct.field(pytree_node=False, default=True)
 
 
+def poly_coefficients(gencost: np.ndarray, k: int = 3) -> np.ndarray:
+    """[n_units, k] coefficients of the polynomial rows of MATPOWER `gencost`, lowest power first (c0, c1, ...);
+    zero rows for the other units."""
+    coef = np.zeros((gencost.shape[0], k))
+    for i, row in enumerate(gencost):
+        if row[0] == POLYNOMIAL:
+            coef[i, :int(row[3])] = row[4:4 + int(row[3])][::-1]
+    return coef
+
+
 def make_gen_cost(case_or_gencost) -> GenCost:
     """Build from a `Case` (its gencost rows) or from a raw gencost matrix."""
     gencost = case_or_gencost.gencost if isinstance(case_or_gencost, Case) else np.asarray(case_or_gencost, float)
@@ -37,14 +47,12 @@ def make_gen_cost(case_or_gencost) -> GenCost:
     n_units = gencost.shape[0]
     npoly = int(max([r[3] for r in gencost if r[0] == POLYNOMIAL], default=1))
     nseg = int(max([r[3] - 1 for r in gencost if r[0] != POLYNOMIAL], default=1))
-    poly = np.zeros((n_units, npoly))
+    poly = poly_coefficients(gencost, npoly)
     slope = np.zeros((n_units, nseg))
     intercept = np.full((n_units, nseg), -1e30)
     for i, row in enumerate(gencost):
         n = int(row[3])
-        if row[0] == POLYNOMIAL:
-            poly[i, :n] = row[4 : 4 + n][::-1]
-        else:
+        if row[0] != POLYNOMIAL:
             x, y = row[4 : 4 + 2 * n : 2], row[5 : 5 + 2 * n : 2]
             m = np.diff(y) / np.diff(x)
             slope[i, : n - 1] = m
@@ -88,11 +96,7 @@ def economic_dispatch(gencost: np.ndarray, pmin: np.ndarray, pmax: np.ndarray, d
     gencost = np.asarray(gencost, float)
     if np.any(gencost[:, 0] != POLYNOMIAL) or np.any(gencost[:, 3] > 3):
         raise ValueError("economic_dispatch takes polynomial costs of degree <= 2")
-    coef = np.zeros((gencost.shape[0], 3))  # c0, c1, c2
-    for i, row in enumerate(gencost):
-        n = int(row[3])
-        coef[i, :n] = row[4:4 + n][::-1]
-    c1, c2 = coef[:, 1], coef[:, 2]
+    _, c1, c2 = poly_coefficients(gencost).T
     if not pmin.sum() - 1e-9 <= demand <= pmax.sum() + 1e-9:
         raise ValueError(f"demand {demand:.6g} MW is outside the fleet's range [{pmin.sum():.6g}, {pmax.sum():.6g}] MW")
 

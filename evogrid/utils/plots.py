@@ -5,7 +5,6 @@ import sys
 from pathlib import Path
 
 
-
 def _pyplot():
     try:
         import matplotlib
