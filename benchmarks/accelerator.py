@@ -55,13 +55,16 @@ def task_env(task: str, layer: bool):
     return (shield(env, params, "auto") if layer else env), params
 
 
-def layer_choices(task: str) -> tuple[bool, ...]:
-    """(False, True) for a task with a safety layer, (False,) without one."""
+def layer_choices(task: str, which: str = "both") -> tuple[bool, ...]:
+    """(False, True) for a task with a safety layer, (False,) without one; `which` "off" / "on" keeps one."""
     from evogrid.envs import make
     from evogrid.safety import make_layer
 
+    if which == "off":
+        return (False,)
     env, params = make(task)
-    return (False,) if make_layer(env, params, "auto") is None else (False, True)
+    layers = (False,) if make_layer(env, params, "auto") is None else (False, True)
+    return layers if which == "both" else tuple(x for x in layers if x)
 
 
 def build_rollout(env, params, n_envs: int):
@@ -172,6 +175,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--generations", type=int, default=None, help="train part: generations (default 100; smoke 4)")
     ap.add_argument("--checkpoint-every", type=int, default=20, help="train part: as `evogrid train` (default 20)")
+    ap.add_argument("--layers", choices=("both", "off", "on"), default="both",
+                    help="envs/agree parts: the bare env, the env behind its layer, or both (default)")
     ap.add_argument("--budget", type=float, default=20.0, help="skip a task's larger sizes once one call takes this many s")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -190,7 +195,7 @@ def main(argv=None):
         say("\n| task | layer | N envs | env-steps/s | compile s |")
         say("|---|---|---|---|---|")
         for task in tasks:
-            for layer in layer_choices(task):
+            for layer in layer_choices(task, args.layers):
                 for n in sizes:
                     rate, compile_s = env_rate(task, layer, n, args.repeats)
                     say(f"| {task} | {'on' if layer else 'off'} | {n:,} | {rate:,.0f} | {compile_s:.1f} |")
@@ -201,7 +206,7 @@ def main(argv=None):
             "| first step off by > 1e-5 |")
         say("|---|---|---|---|---|")
         for task in tasks:
-            for layer in layer_choices(task):
+            for layer in layer_choices(task, args.layers):
                 rel, flips, total, first = agreement(task, layer, n_agree)
                 say(f"| {task} | {'on' if layer else 'off'} | {rel:.1e} | {flips} / {total} | {first} |")
     if "ec" in parts:

@@ -139,16 +139,30 @@ def test_bad_actions(task):
     assert np.all(np.isfinite(np.asarray(out_bad[0])))
 
 
-def _matrix_products(jaxpr):
-    """Every dot_general of a (closed) jaxpr, in its sub-jaxprs (loops, branches, calls) too."""
+def _matrix_products(jaxpr, names=("dot_general",)):
+    """Every dot_general (or primitive of `names`) of a (closed) jaxpr, in its sub-jaxprs (loops, branches,
+    calls) too."""
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
+        if eqn.primitive.name in names:
             yield eqn
         for value in eqn.params.values():
             for sub in value if isinstance(value, (tuple, list)) else (value,):
                 if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
-                    yield from _matrix_products(sub)
+                    yield from _matrix_products(sub, names)
+
+
+def test_ac_step_factorises_nothing_and_loops_a_fixed_count():
+    """The AC tasks' default step (reactive limits enforced, `physics.chord_q_limits`) traces no factorisation
+    or solve (a TPU runs a batched LU per env worst: 6,300 env-steps/s on tso-case14-ac with full Newton)
+    and no data-dependent loop, only fixed-count ones; full Newton, still the reference, has both."""
+    factorisations, loops = ("lu", "triangular_solve", "custom_linear_solve", "cholesky"), ("while",)
+    for method in (None, "newton"):
+        env, params = make("tso-case14-ac", ac_method=method)
+        obs, state = env.reset(jax.random.key(0), params)
+        step = jax.make_jaxpr(lambda s, a: env.step(jax.random.key(1), s, a, params))(state, jnp.zeros(env.action_space(params).shape))
+        found = {eqn.primitive.name for eqn in _matrix_products(step, factorisations + loops)}
+        assert (found == set()) if method is None else {"lu", "while"} <= found, (method, found)
 
 
 def test_physics_runs_at_full_float32_precision(task):
@@ -349,9 +363,10 @@ def test_ac_mode_matches_pypower_for_the_env_dispatch(method, iters):
 
 @pytest.mark.slow
 def test_ac_env_with_q_limits_matches_pandapower():
-    """enforce_q_limits=True on case14 with loads at 1.6x (three units reach their limits): the env's step solves as pandapower's
-    runpp(enforce_q_lims=True) does for the same dispatch and loads (1e-6 p.u., 1e-5 degrees), and the
-    limits change the answer (the plain AC env's voltages differ)."""
+    """enforce_q_limits=True on case14 with loads at 1.6x (three units reach their limits): the env's step (the
+    default chord solver, `physics.chord_q_limits`) solves as pandapower's runpp(enforce_q_lims=True) does for
+    the same dispatch and loads (1e-6 p.u., 1e-5 degrees) and as the full Newton reference does (1e-8), and
+    the limits change the answer (the plain AC env's voltages differ)."""
     import pandapower as pp
     import pandapower.networks as pn
 
@@ -366,7 +381,10 @@ def test_ac_env_with_q_limits_matches_pandapower():
         plain = make_trans_params(case, max_steps=2, ac=True, ac_method="newton", load_p=load_p, load_q=load_q,
                                   voltage_control=False)
         _, (_, new_plain, *_) = _one_step(plain, action)
-    assert float(info["converged"]) == 1.0
+        newton = make_trans_params(case, max_steps=2, ac=True, ac_method="newton", enforce_q_limits=True, load_p=load_p,
+                                   load_q=load_q, voltage_control=False)
+        _, (_, new_newton, _, _, _, info_newton) = _one_step(newton, action)
+    assert float(info["converged"]) == 1.0 == float(info_newton["converged"])
     net = pn.case14()  # its buses, loads and units in the MATPOWER file's order (0-based)
     net.load.p_mw, net.load.q_mvar = load_p[0, 0][net.load.bus.values], load_q[0, 0][net.load.bus.values]
     unit_of_bus = {int(b): i for i, b in enumerate(case.gen_bus)}
@@ -376,8 +394,10 @@ def test_ac_env_with_q_limits_matches_pandapower():
     np.testing.assert_allclose(np.asarray(new.vm), net.res_bus.vm_pu.values, atol=1e-6)
     np.testing.assert_allclose(np.rad2deg(np.asarray(new.va)), net.res_bus.va_degree.values, atol=1e-5)
     assert np.max(np.abs(np.asarray(new.vm) - np.asarray(new_plain.vm))) > 1e-3
-    with pytest.raises(ValueError, match="enforce_q_limits needs the AC model with full Newton"):
-        make_trans_params(case, max_steps=2, ac=True, ac_method="chord", enforce_q_limits=True, load_p=load_p, load_q=load_q)
+    for x, y in ((new.vm, new_newton.vm), (new.va, new_newton.va), (new.pg, new_newton.pg)):   # the reference solver's
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-8)
+    with pytest.raises(ValueError, match="enforce_q_limits needs the AC model"):
+        make_trans_params(case, max_steps=2, enforce_q_limits=True)
 
 
 @pytest.mark.slow

@@ -307,12 +307,13 @@ def test_piecewise_linear_cost_matches_pypower():
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("solver", ["newton", "chord"])
 @pytest.mark.parametrize("name, scale", [("14", 1.2), ("14", 1.4), ("30", 1.4)])
-def test_q_limits_match_pandapower(name, scale):
-    """PV -> PQ switching (`newton_raphson_q_limits`) against pandapower's `enforce_q_lims=True` with every
-    load scaled up until generators hit their reactive limits (case14 x1.2: 2 units, x1.4: 4 units;
-    case30 x1.4: 1 unit; the reference unit is not limited in either): |V| within 1e-6 p.u., angles
-    1e-5 degrees, the same buses switched, float64."""
+def test_q_limits_match_pandapower(name, scale, solver):
+    """PV -> PQ switching (`newton_raphson_q_limits`, and `chord_q_limits` with its matrices at the unscaled
+    case's solution) against pandapower's `enforce_q_lims=True` with every load scaled up until generators
+    hit their reactive limits (case14 x1.2: 2 units, x1.4: 4 units; case30 x1.4: 1 unit; the reference unit
+    is not limited in either): |V| within 1e-6 p.u., angles 1e-5 degrees, the same buses switched, float64."""
     import pandapower as pp
     import pandapower.networks as pn
 
@@ -331,8 +332,14 @@ def test_q_limits_match_pandapower(name, scale):
         np.add.at(qmax, case.gen_bus, case.gen[:, QMAX])
         qmin, qmax = (qmin - case.bus[:, QD]) / case.base_mva, (qmax - case.bus[:, QD]) / case.base_mva
         acn = ph.make_ac_network(case)
-        v, converged, _, switched = jax.jit(ph.newton_raphson_q_limits)(acn, jnp.asarray(bus_injection_pu(case)), jnp.asarray(qmin), jnp.asarray(qmax))
-        plain, _, _ = ph.newton_raphson(acn, jnp.asarray(bus_injection_pu(case)))
+        s, limits = jnp.asarray(bus_injection_pu(case)), (jnp.asarray(qmin), jnp.asarray(qmax))
+        if solver == "newton":
+            v, converged, _, switched = jax.jit(ph.newton_raphson_q_limits)(acn, s, *limits)
+        else:
+            base = ph.make_ac_network(load_case(name))
+            chord = ph.make_chord_q_limits(base, ph.newton_raphson(base, jnp.asarray(bus_injection_pu(load_case(name))))[0])
+            v, converged, _, switched = jax.jit(ph.chord_q_limits)(acn, s, *limits, chord)
+        plain, _, _ = ph.newton_raphson(acn, s)
     assert bool(converged)
     at_limit = net.gen.bus.values[np.isclose(net.res_gen.q_mvar.values, net.gen.max_q_mvar.values)
                                   | np.isclose(net.res_gen.q_mvar.values, net.gen.min_q_mvar.values)]
@@ -364,12 +371,12 @@ def test_a_failed_solve_switches_no_bus():
     assert not np.asarray(switched).any()
 
 
-@pytest.mark.parametrize("limits", [False, True])
+@pytest.mark.parametrize("limits", [False, True, "chord"])
 def test_newton_derivative_with_respect_to_the_set_points(limits):
-    """d|V| / d(voltage set-points) through both Newton solvers equals central finite differences (float64,
-    1e-7), the reference bus's set-point included (its magnitude is held from the start point, whose
-    derivative the loops drop). With reactive limits (case14 loads x1.4: units at their limits) a limited
-    unit's set-point moves nothing."""
+    """d|V| / d(voltage set-points) through both Newton solvers and the chord method with reactive limits
+    equals central finite differences (float64, 1e-7), the reference bus's set-point included (its magnitude
+    is held from the start point, whose derivative the loops drop). With reactive limits (case14 loads x1.4:
+    units at their limits) a limited unit's set-point moves nothing."""
     from evogrid.case.matpower import QD, QMAX, QMIN
 
     with jax.enable_x64(True):
@@ -384,8 +391,14 @@ def test_newton_derivative_with_respect_to_the_set_points(limits):
         np.add.at(qmax, case.gen_bus, case.gen[:, QMAX])
         qmin, qmax = (jnp.asarray((q - case.bus[:, QD]) / case.base_mva) for q in (qmin, qmax))
 
+        if limits == "chord":
+            base = ph.make_ac_network(load_case("14"))
+            chord = ph.make_chord_q_limits(base, ph.newton_raphson(base, jnp.asarray(bus_injection_pu(load_case("14"))))[0])
+
         def vm(vset):
             v0 = acn.v0.at[held].set(vset * jnp.exp(1j * jnp.angle(acn.v0[held])))
+            if limits == "chord":
+                return jnp.abs(ph.chord_q_limits(acn, s, qmin, qmax, chord, v0, v_set=v0)[0])
             if limits:
                 return jnp.abs(ph.newton_raphson_q_limits(acn, s, qmin, qmax, v0, v_set=v0)[0])
             return jnp.abs(ph.newton_raphson(acn, s, v0)[0])
@@ -398,4 +411,4 @@ def test_newton_derivative_with_respect_to_the_set_points(limits):
     ref = held.tolist().index(int(np.flatnonzero(np.isin(np.arange(case.n_bus), np.asarray(acn.pvpq), invert=True))[0]))
     assert np.abs(jac[:, ref]).max() > 0.05   # the reference bus's set-point moves the load buses
     limited = np.abs(jac[held, np.arange(held.size)]) < 1e-9   # a unit whose |V| its set-point does not hold
-    assert limited.any() == limits
+    assert limited.any() == bool(limits)

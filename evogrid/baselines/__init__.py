@@ -53,7 +53,7 @@ from evogrid.baselines.report import (  # noqa: F401  (re-exported: the report r
 )
 from evogrid.utils.rundir import atomic_write
 
-BASELINE_VERSION = "18"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
+BASELINE_VERSION = "19"  # bump when an oracle's formulation or a replayed env changes (invalidates cached reports)
 
 
 def supported(task: str) -> bool:

@@ -25,9 +25,12 @@ Physics per step:
   iteration is a matrix-vector product rather than an LU factorisation; "newton"
   refactorises every iteration. Both stop at the same solution; `info["converged"]`
   and the `ac_diverged` cost say if not, and a step without a solution keeps the
-  previous voltages so that every output stays finite. `enforce_q_limits=True` (full
-  Newton) switches PV buses whose units reach their reactive limits to PQ
-  (`physics.newton_raphson_q_limits`, checked against pandapower's enforce_q_lims).
+  previous voltages so that every output stays finite. `enforce_q_limits=True` (the
+  tso-caseN-ac tasks) switches PV buses whose units reach their reactive limits to PQ:
+  with the chord method by `physics.chord_q_limits` (a fixed count of matrix-vector
+  iterations, no factorisation: the accelerator's shape), with "newton" by
+  `physics.newton_raphson_q_limits` (the reference); both checked against pandapower's
+  enforce_q_lims.
 
 reward = -(generation cost in $ over the step) * reward_scale, every unit's cost
 curve taken at its actual output (the slack's too, also outside [Pmin, Pmax], so
@@ -91,18 +94,20 @@ from evogrid.envs.trans_rules import (
 from evogrid.physics.ac import bus_types
 from evogrid.physics import (
     ACNetwork,
+    ChordQLimits,
     DCNetwork,
     GenCost,
     OutageModel,
     as_float,
     branch_flows,
     bus_injections,
+    chord_q_limits,
     contingency_flows,
     dc_line_flows,
     generation_cost,
     host_setup,
-    jacobian,
     make_ac_network,
+    make_chord_q_limits,
     make_dc_network,
     make_gen_cost,
     make_outage_model,
@@ -113,6 +118,7 @@ from evogrid.physics import (
 
 ROUNDOFF_ULPS = 4      # the balance and ramp channels ignore the slack's excess below this many ulps of the demand
 FORECAST_STEPS = 8     # intervals of load forecast in the observation by default (4 h at 30 min)
+CHORD_Q_ITERS = 60     # AC with reactive limits: chord iterations (physics.chord_q_limits; a fixed count)
 
 
 @struct.dataclass
@@ -145,7 +151,7 @@ class TransParams(EnvParams):
     cost: GenCost = None
     dc: DCNetwork = None
     acn: ACNetwork | None = None
-    ac_jinv: jnp.ndarray | None = None  # chord method's fixed inverse Jacobian (None: full Newton)
+    ac_chord: ChordQLimits | None = None  # the chord method's fixed matrices at the case's base point (None: full Newton)
     init: TransState = None        # [n_days] cached start-of-day states (see make_trans_params)
     init_obs: jnp.ndarray = None   # [n_days, obs_dim] their observations
     inv_pmax: jnp.ndarray = None   # [n_units] 1 / Pmax (observation scaling)
@@ -438,9 +444,13 @@ def _solve(pg, vset, load_p, load_q, state, params: TransParams, out):
     v0 = (vm0 * jnp.exp(1j * state.va)).astype(params.acn.v0.dtype)
     if params.q_min is not None:  # PV -> PQ switching at the units' reactive limits
         q_lo, q_hi = ((q - load_q) / params.base_mva for q in (params.q_min, params.q_max))
-        v, converged, _, _ = newton_raphson_q_limits(params.acn, s_bus, q_lo, q_hi, v0, iters=params.ac_iters, v_set=v0)
+        if params.ac_chord is None:
+            v, converged, _, _ = newton_raphson_q_limits(params.acn, s_bus, q_lo, q_hi, v0, iters=params.ac_iters, v_set=v0)
+        else:
+            v, converged, _, _ = chord_q_limits(params.acn, s_bus, q_lo, q_hi, params.ac_chord, v0, iters=params.ac_iters)
     else:
-        v, converged, _ = newton_raphson(params.acn, s_bus, v0, iters=params.ac_iters, jacobian_inverse=params.ac_jinv)
+        jinv = None if params.ac_chord is None else params.ac_chord.jinv
+        v, converged, _ = newton_raphson(params.acn, s_bus, v0, iters=params.ac_iters, jacobian_inverse=jinv)
     # no solution (or a non-finite one): keep the previous voltages, so every output stays finite and the
     # next step starts from a sane point; the step is reported by `ac_diverged`
     converged = converged & jnp.all(jnp.isfinite(v.real) & jnp.isfinite(v.imag))
@@ -512,10 +522,10 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         forecast_steps = min(FORECAST_STEPS, max_steps) if isinstance(max_steps, (int, np.integer)) else FORECAST_STEPS
     if ac_method not in (None, "chord", "newton"):
         raise ValueError(f"ac_method must be 'chord' or 'newton', got {ac_method!r}")
-    if enforce_q_limits and (not ac or ac_method == "chord"):
-        raise ValueError("enforce_q_limits needs the AC model with full Newton (ac=True, ac_method='newton' or unset): "
-                         "the chord method's fixed Jacobian assumes fixed bus types")
-    ac_method = ac_method or ("newton" if enforce_q_limits else "chord")
+    if enforce_q_limits and not ac:
+        raise ValueError("enforce_q_limits needs the AC model (ac=True, the tso-caseN-ac tasks): the DC model has "
+                         "no reactive power")
+    ac_method = ac_method or "chord"
     if voltage_setpoints not in ("band", "case"):
         raise ValueError(f"voltage_setpoints must be 'band' or 'case', got {voltage_setpoints!r}")
     voltage_control = ac if voltage_control is None else bool(voltage_control)
@@ -527,7 +537,10 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
                          "QMAX): an AC task would hold no reactive power; use the DC task")
     if ac and voltage_setpoints == "band":
         case = setpoints_in_band(case)
-    ac_iters = ac_iters or {"chord": 30, "newton": 10}[ac_method]  # maxima: the solver stops when converged
+    # chord: the maximum (it stops when converged); with reactive limits, the fixed count per round
+    # (CHORD_ROUNDS rounds and one more solve); newton: the maximum per solve
+    if not ac_iters:
+        ac_iters = 10 if ac_method == "newton" else CHORD_Q_ITERS if enforce_q_limits else 30
     security = n1 or outages_per_day or outage_schedule is not None
     check_days(max_steps, delta_t_hours, n_days)
     if ratings not in ("auto", "case", "derived"):
@@ -596,7 +609,7 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         params = params.replace(v_set=as_float(np.abs(np.asarray(params.acn.v0))[vbus]), v_lo=as_float(case.bus[vbus, VMIN]),
                                 v_hi=as_float(case.bus[vbus, VMAX]), vbus_incidence=as_float(np.eye(case.n_bus)[vbus]))
     if ac and ac_method == "chord":
-        params = params.replace(ac_jinv=_base_case_jacobian_inverse(case, params.acn))
+        params = params.replace(ac_chord=_base_case_chord(case, params.acn))
     params = params.replace(
         inv_pmax=as_float(1.0 / np.maximum(gen[:, PMAX], 1e-6)), pd_total=as_float(max(case.bus[:, PD].sum(), 1e-9)),
         inv_rate=as_float(np.where(np.isfinite(rate), 1.0 / rate, 1.0 / case.base_mva)),
@@ -613,15 +626,16 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
     return params.replace(init=init, init_obs=_day_obs(init, params))  # compiled: eager ops cost 0.8 s
 
 
-def _base_case_jacobian_inverse(case: Case, acn: ACNetwork) -> jnp.ndarray:
-    """Inverse power-flow Jacobian at the case's own solved operating point (full Newton from its data)."""
+def _base_case_chord(case: Case, acn: ACNetwork) -> ChordQLimits:
+    """The chord method's matrices (inverse power-flow Jacobian, and for reactive limits the PV buses'
+    couplings) at the case's own solved operating point (full Newton from its data)."""
     s_gen = np.zeros(case.n_bus, complex)
     np.add.at(s_gen, case.gen_bus, case.gen[:, PG] + 1j * case.gen[:, QG])
     s_bus = (s_gen - case.bus[:, PD] - 1j * case.bus[:, QD]) / case.base_mva
     v, converged, _ = newton_raphson(acn, jnp.asarray(s_bus, acn.v0.dtype), iters=10)
     if not bool(converged):
         raise ValueError(f"{case.name}: the case's own operating point has no AC solution; use ac_method='newton'")
-    return jnp.linalg.inv(jacobian(acn, v))
+    return make_chord_q_limits(acn, v)
 
 
 def _day_start(pg, load_p, load_q, out, params: TransParams) -> TransState:
@@ -632,7 +646,7 @@ def _day_start(pg, load_p, load_q, out, params: TransParams) -> TransState:
                        va=jnp.angle(params.acn.v0).astype(pg.dtype) if params.ac else empty,
                        qg=jnp.zeros_like(params.v_set) if params.ac else empty)
     # a cold start: full Newton (set-up cost only), not the warm-started steps' method
-    params_cold = params.replace(ac_iters=10, ac_jinv=None) if params.ac else params
+    params_cold = params.replace(ac_iters=10, ac_chord=None) if params.ac else params
     pg, flow, vm, va, qg, _ = _solve(pg, params.v_set, load_p, load_q, start, params_cold, out)
     return start.replace(pg=pg, flow=flow, vm=vm, va=va, qg=qg)
 

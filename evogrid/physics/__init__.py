@@ -7,12 +7,15 @@ the solvers are jit/vmap-safe functions of those arrays.
 from evogrid.physics._common import as_float, host_float64, host_setup, to_compute
 from evogrid.physics.ac import (
     ACNetwork,
+    ChordQLimits,
     branch_flows,
     bus_injections,
+    chord_q_limits,
     jacobian,
     make_ac_network,
     newton_raphson,
     newton_raphson_q_limits,
+    make_chord_q_limits,
 )
 from evogrid.physics.battery import Battery, battery_limits, battery_step, make_battery
 from evogrid.physics.cost import (
@@ -40,5 +43,5 @@ __all__ = [
     "ACNetwork", "Battery", "as_float", "host_float64", "host_setup", "to_compute", "DCNetwork", "GenCost", "OutageModel", "RadialNetwork",
     "backward_forward_sweep", "battery_limits", "battery_step", "branch_flows", "bus_injections", "contingency_flows", "dc_line_flows", "dc_power_flow", "economic_dispatch", "generation_cost", "jacobian", "lodf",
     "make_ac_network", "make_battery", "make_dc_network", "make_gen_cost", "make_outage_model", "make_radial_network", "n1_flows",
-    "newton_raphson", "newton_raphson_q_limits", "outage_flows",
+    "newton_raphson", "newton_raphson_q_limits", "chord_q_limits", "make_chord_q_limits", "ChordQLimits", "outage_flows",
 ]

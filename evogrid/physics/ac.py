@@ -237,6 +237,130 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
     return v, (mismatch < tol) & within, mismatch, switched
 
 
+DERIVATIVE_ITERS = 30   # chord_q_limits: the last iterations, which carry the derivative
+Q_SWEEPS = 8   # chord_q_limits: minimal-residual steps an iteration on the switched buses' Schur complement
+
+
+@struct.dataclass
+class ChordQLimits:
+    """The fixed matrices of `chord_q_limits`, from the power-flow Jacobian at one solved base point (host
+    set-up, `make_chord_q_limits`). With a = the chord method's unknowns [Va(pvpq), Vm(pq)] and equations
+    [P(pvpq), Q(pq)], b = the PV buses' |V| and Q:
+
+    jinv: [m, m] J_aa^-1; coupling: [m, n] J_aa^-1 J_ab (how the unknowns follow a PV bus's |V|);
+    q_rows: [n, m] H_ba (how the PV buses' Q follow the unknowns); q_sensitivity: [n] the diagonal of the
+    Schur complement S = H_bb - H_ba J_aa^-1 J_ab, dQ/d|V| of each PV bus with the equations held
+    (n = n_pvpq; zero rows and columns at PQ entries)."""
+
+    jinv: jnp.ndarray
+    coupling: jnp.ndarray
+    q_rows: jnp.ndarray
+    q_sensitivity: jnp.ndarray
+    schur: jnp.ndarray
+
+
+def make_chord_q_limits(net: ACNetwork, v) -> ChordQLimits:
+    """`ChordQLimits` at the solved voltage `v` (NumPy float64; the arrays in the default float dtype)."""
+    full = net.replace(pq=net.pvpq)
+    jf = np.asarray(jacobian(full, v), np.float64)   # d[P(pvpq); Q(pvpq)] / d[Va(pvpq); Vm(pvpq)]
+    n = int(net.pvpq.shape[0])
+    is_pv = ~np.isin(np.asarray(net.pvpq), np.asarray(net.pq))
+    a = np.concatenate([np.arange(n), n + np.flatnonzero(~is_pv)])   # in the chord method's order
+    jinv = np.linalg.inv(jf[np.ix_(a, a)])
+    coupling, q_rows = np.zeros((a.size, n)), np.zeros((n, a.size))
+    coupling[:, is_pv] = jinv @ jf[np.ix_(a, n + np.flatnonzero(is_pv))]
+    q_rows[is_pv] = jf[np.ix_(n + np.flatnonzero(is_pv), a)]
+    schur = np.zeros((n, n))
+    pvb = n + np.flatnonzero(is_pv)
+    schur[np.ix_(is_pv, is_pv)] = jf[np.ix_(pvb, pvb)] - q_rows[is_pv] @ coupling[:, is_pv]
+    dtype = jnp.zeros(0).dtype
+    return ChordQLimits(*(jnp.asarray(x, dtype) for x in (jinv, coupling, q_rows, np.diag(schur).copy(), schur)))
+
+
+def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max: jnp.ndarray, chord: ChordQLimits,
+                   v0: jnp.ndarray | None = None, iters: int = 40, tol: float | None = None,
+                   v_set: jnp.ndarray | None = None):
+    """`newton_raphson_q_limits` shaped for an accelerator: the same PV -> PQ switching and the same answer,
+    with no factorisation per env and a fixed count of `iters` iterations (static; no data-dependent loop).
+
+    Each iteration is a chord step of the block system with the switched buses' |V| as unknowns and their Q
+    at the limit as equations, by elimination with `chord`'s fixed matrices (a diagonal for the switched
+    buses' Schur complement): g = J_aa^-1 f, d|V|_s = (Q_limit - Q + H_ba g)_s / S_ss, da = -g - J_aa^-1 J_ab d|V|.
+    A switched bus's |V| moves until its Q sits at the limit: the fixed point is the PQ bus's solution.
+    Switching as MATPOWER's runpf: once the iterate is solved (mismatch below `tol`), every PV bus whose Q
+    is outside its limits switches, never back; the iterations go on from there. Four matrix-vector
+    products an iteration, converging linearly: check `converged` (solved, and no PV bus outside its limits).
+
+    Returns (v, converged, max_mismatch p.u., switched [n_bus] bool) as `newton_raphson_q_limits`. The
+    derivative is that of the last DERIVATIVE_ITERS iterations, which see the live inputs: it converges to
+    the solution's (implicit) derivative as the iterate does to the solution (the chord method's one step in
+    `newton_raphson` gives its fixed matrix's)."""
+    v0 = net.v0 if v0 is None else v0
+    tol = default_tol(v0.real.dtype) if tol is None else tol
+    n_bus, n = v0.shape[0], net.pvpq.shape[0]
+    real = v0.real.dtype
+    is_pv = jnp.ones(n_bus, bool).at[net.pq].set(False)[net.pvpq]   # [n] PV buses, in pvpq order
+    qlo, qhi = q_min[net.pvpq].astype(real), q_max[net.pvpq].astype(real)
+    if v_set is not None:   # the reference and PV buses' |V| are v_set's; v0 is where the iterations start
+        held0 = jnp.ones(n_bus, bool).at[net.pq].set(False)
+        v0 = jnp.where(held0, jnp.abs(v_set) * jnp.exp(1j * jnp.angle(v0)), v0).astype(v0.dtype)
+    v_live, s_live = v0, s_bus.astype(v0.dtype)
+    net_f, s_f, chord_f, v0 = jax.lax.stop_gradient((net, s_live, chord, v0))
+
+    def iterate(net, chord, vm, va, s, limit, switched):
+        """One chord iteration from the polar voltage (vm, va): (new vm, new va, the residual there (mismatch,
+        switched buses' Q off limit), Q there)."""
+        v = vm * jnp.exp(1j * va).astype(v0.dtype)
+        s_inj = v * jnp.conj(net.ybus @ v)
+        mis = s_inj - s
+        f = jnp.concatenate([mis.real[net.pvpq], mis.imag[net.pq]])
+        q = s_inj.imag[net.pvpq]
+        q_off = jnp.where(switched, limit - q, 0.0)
+        g = chord.jinv @ f
+        gain = jnp.where(switched, 1.0 / jnp.where(switched, chord.q_sensitivity, 1.0), 0.0)
+        # S_ss d|V| = t over the switched buses: minimal-residual steps preconditioned by S's diagonal (each
+        # step lowers the residual, which Jacobi's need not where the buses are tightly coupled)
+        r = q_off + chord.q_rows @ g
+        dvm_pv = jnp.zeros_like(r)
+        for _ in range(min(Q_SWEEPS, n - net.pq.shape[0])):   # at most one per PV bus
+            z = gain * r
+            w = jnp.where(switched, chord.schur @ z, 0.0)
+            # where the residual is far below the tolerance (solved, or no bus switched) a plain Jacobi step: the
+            # quotient's derivative would divide by an underflowing ww^2, and the derivative (the tangent's own
+            # iterations, which go on after the values have converged) needs a step linear in r
+            ww = jnp.sum(w * w)
+            mr = ww > (1e-3 * tol) ** 2
+            alpha = jnp.where(mr, jnp.sum(r * w) / jnp.where(mr, ww, 1.0), 1.0)
+            dvm_pv, r = dvm_pv + alpha * z, r - alpha * w
+        dx = -g - chord.coupling @ dvm_pv
+        residual = jnp.maximum(jnp.max(jnp.abs(f)), jnp.max(jnp.abs(q_off)))
+        return vm.at[net.pq].add(dx[n:]).at[net.pvpq].add(dvm_pv), va.at[net.pvpq].add(dx[:n]), residual, q
+
+    def body(net, chord, s):
+        def one(_, carry):
+            vm, va, limit, switched = carry
+            vm_next, va_next, residual, q = iterate(net, chord, vm, va, s, limit, switched)
+            free = (residual < tol) & is_pv & ~switched   # solved here: its violations switch from the next iteration
+            over, under = free & (q > qhi), free & (q < qlo)
+            return vm_next, va_next, jnp.where(over, qhi, jnp.where(under, qlo, limit)), switched | over | under
+        return one
+
+    live = min(DERIVATIVE_ITERS, iters)
+    carry = jax.lax.fori_loop(0, iters - live, body(net_f, chord_f, s_f), (jnp.abs(v0), jnp.angle(v0), jnp.zeros(n, real), jnp.zeros(n, bool)))
+    # the last iterations with the live inputs: their derivative is the fixed point's (the tangent iterates
+    # to the implicit derivative as the values do to the solution); the held set-points enter through _held_from
+    vm, va, limit, switched = carry
+    held = jnp.ones(n_bus, bool).at[net.pvpq].set(is_pv & ~switched)   # reference and unswitched PV buses
+    ref = jnp.ones(n_bus, bool).at[net.pvpq].set(False)
+    v = _held_from(vm * jnp.exp(1j * va).astype(v0.dtype), v_live, held, ref)
+    carry = (jnp.abs(v), jnp.angle(v), limit, switched)
+    vm, va, limit, switched = jax.lax.fori_loop(0, live, body(net, chord, s_live), carry)
+    v = vm * jnp.exp(1j * va).astype(v0.dtype)
+    _, _, mismatch, q = iterate(net_f, chord_f, *jax.lax.stop_gradient((vm, va)), s_f, limit, switched)
+    within = ~jnp.any(is_pv & ~switched & ((q > qhi + 10 * tol) | (q < qlo - 10 * tol)))
+    return v, (mismatch < tol) & within, mismatch, jnp.zeros(n_bus, bool).at[net.pvpq].set(switched)
+
+
 def _held_from(v, v0, magnitude, angle):
     """`v` (a gradient-stopped solution) with the derivative of the quantities Newton holds at `v0`'s: the
     magnitudes where `magnitude` (reference and PV buses) and the angle where `angle` (the reference).
