@@ -255,6 +255,10 @@ def _train(argv: list[str]) -> int:
     warning = _size_warning(config, workflow)
     if warning and primary:
         print(f"evogrid: warning: {warning}", file=sys.stderr)
+    try:
+        _check_memory(values, config, workflow)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     state = None if args.resume else workflow.init()   # resumed: the checkpoint's, or init() where there is none
     try:
         state, history = workflow.learn(state, args.generations, run_dir=out, checkpoint_every=args.checkpoint_every,
@@ -303,6 +307,27 @@ def _layer_words(workflow) -> str:
     if not getattr(workflow, "layer_on", False):
         return "safety layer off: the raw policy" + start
     return f"safety layer on: {type(workflow.env.layer).__name__}" + start
+
+
+def _check_memory(values: dict, config, workflow) -> None:
+    """On a device that says how much memory it holds (a GPU or TPU, or EVOGRID_DEVICE_MEMORY), refuse a
+    population whose generation would not fit, before the run's own compile (`utils.memory.check_batch`:
+    the same generation compiled at two smaller populations)."""
+    import jax
+
+    from evogrid.utils.memory import check_batch, device_memory, program_bytes
+    from evogrid.workflows.registry import build
+
+    limit = device_memory()
+    if limit is None or not hasattr(config, "pop_size"):
+        return
+
+    def bytes_at(n):
+        _, small = build({**values, "pop_size": n}, workflow.env, workflow.env_params)
+        return program_bytes(type(small).step.lower(small, small.state_template()))
+
+    # populations of antithetic pairs, shared evenly over the devices
+    check_batch(bytes_at, config.pop_size, limit, "--pop", f" on {config.task} (one generation)", 2 * jax.device_count())
 
 
 def _size_warning(config, workflow) -> str | None:

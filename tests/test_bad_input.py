@@ -111,6 +111,31 @@ def test_refused_commands_change_nothing(tmp_path, capsys):
     assert (tmp_path / "mine" / "metrics.csv").read_text() == "the user's own data"
 
 
+@pytest.mark.slow
+def test_a_population_too_large_for_the_device_is_refused_with_the_largest_that_fits(tmp_path, capsys, monkeypatch):
+    """On a device that says how much memory it holds (here EVOGRID_DEVICE_MEMORY: a CPU says nothing), a
+    --pop whose generation would not fit is refused in one line naming the largest that does, before the run
+    starts (no run directory); that population's generation does fit, the asked one's does not (each
+    compiled at its size), and 1.5x the one named would not."""
+    from evogrid.utils.memory import program_bytes
+    from evogrid.workflows.registry import build
+
+    small = ["--task", "tso-case5", "--episodes", "1", "--hidden", "8", "--safety", "off", "--generations", "1"]
+    monkeypatch.setenv("EVOGRID_DEVICE_MEMORY", "4MiB")
+    code, _, err = _run(capsys, "train", *small, "--pop", "2048", "--out", str(tmp_path / "run"))
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--pop 2,048 on tso-case5 (one generation) needs about" in err and "the device holds 4 MiB" in err, err
+    fits = int(err.split("the largest --pop that fits is about ")[1].replace(",", "").strip())
+    assert not (tmp_path / "run").exists()
+
+    values = {"task": "tso-case5", "episodes_per_individual": 1, "hidden": (8,), "safety": "off"}
+    def need(n):
+        _, wf = build({**values, "pop_size": n})
+        return program_bytes(type(wf).step.lower(wf, wf.state_template()))
+    limit = 4 * 2**20
+    assert fits % 2 == 0 and need(fits) <= limit < need(2048) and need(fits * 3 // 4 * 2) > limit, (fits, need(fits))
+
+
 def _generations(run):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]   # strict JSON
     csv_rows = (run / "metrics.csv").read_text().splitlines()[1:]
