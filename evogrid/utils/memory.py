@@ -22,9 +22,11 @@ _UNITS = {"": 1, "B": 1, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "KB": 10**3, 
 
 
 def device_memory(device=None) -> int | None:
-    """Bytes the device can hold: EVOGRID_DEVICE_MEMORY where set (bytes, or e.g. "16GiB", "500MB"), else the
-    device's own report (a GPU's or TPU's `bytes_limit`); None where neither says (a CPU)."""
+    """Bytes the device can hold: EVOGRID_DEVICE_MEMORY where set (bytes, or e.g. "16GiB", "500MB"; "off": None,
+    no check), else the device's own report (a GPU's or TPU's `bytes_limit`); None where neither says (a CPU)."""
     text = os.environ.get("EVOGRID_DEVICE_MEMORY", "").strip()
+    if text.lower() == "off":
+        return None
     if text:
         m = re.fullmatch(r"([0-9.]+)\s*([A-Za-z]*)", text)
         if not m or m.group(2).upper() not in _UNITS:
