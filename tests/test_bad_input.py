@@ -127,6 +127,9 @@ def test_a_population_too_large_for_the_device_is_refused_with_the_largest_that_
     assert "--pop 2,048 on tso-case5 (one generation) needs about" in err and "the device holds 4 MiB" in err, err
     fits = int(err.split("the largest --pop that fits is about ")[1].replace(",", "").strip())
     assert not (tmp_path / "run").exists()
+    monkeypatch.setenv("EVOGRID_DEVICE_MEMORY", "12 potatoes")
+    code, _, err = _run(capsys, "train", *small, "--pop", "2048", "--out", str(tmp_path / "run"))
+    assert code == 2 and "EVOGRID_DEVICE_MEMORY='12 potatoes': give bytes" in err and err.count("\n") == 1, err
 
     values = {"task": "tso-case5", "episodes_per_individual": 1, "hidden": (8,), "safety": "off"}
     def need(n):
