@@ -6,7 +6,9 @@ member of the batch has converged, members that converged are held. The result c
 converged flag. Tolerances follow the dtype (`default_tol`). Bus types follow MATPOWER's
 `bustypes`: a PV or reference bus with no in-service generator is treated as PQ. Generator
 reactive limits are not enforced by `newton_raphson` (MATPOWER's default, ENFORCE_Q_LIMS = 0);
-`newton_raphson_q_limits` enforces them by PV -> PQ switching in a fixed number of rounds.
+`newton_raphson_q_limits` enforces them by PV -> PQ switching in a fixed number of rounds;
+`chord_q_limits` does the same with fixed matrices and a fixed count of matrix-vector iterations (no
+factorisation, no data-dependent loop: the shape an accelerator runs well).
 """
 from __future__ import annotations
 
@@ -249,8 +251,8 @@ class ChordQLimits:
 
     jinv: [m, m] J_aa^-1; coupling: [m, n] J_aa^-1 J_ab (how the unknowns follow a PV bus's |V|);
     q_rows: [n, m] H_ba (how the PV buses' Q follow the unknowns); q_sensitivity: [n] the diagonal of the
-    Schur complement S = H_bb - H_ba J_aa^-1 J_ab, dQ/d|V| of each PV bus with the equations held
-    (n = n_pvpq; zero rows and columns at PQ entries)."""
+    Schur complement S = H_bb - H_ba J_aa^-1 J_ab, dQ/d|V| of each PV bus with the equations held;
+    schur: [n, n] S itself (n = n_pvpq; zero rows and columns at PQ entries)."""
 
     jinv: jnp.ndarray
     coupling: jnp.ndarray
@@ -278,14 +280,15 @@ def make_chord_q_limits(net: ACNetwork, v) -> ChordQLimits:
 
 
 def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max: jnp.ndarray, chord: ChordQLimits,
-                   v0: jnp.ndarray | None = None, iters: int = 40, tol: float | None = None,
+                   v0: jnp.ndarray | None = None, iters: int = 60, tol: float | None = None,
                    v_set: jnp.ndarray | None = None):
     """`newton_raphson_q_limits` shaped for an accelerator: the same PV -> PQ switching and the same answer,
     with no factorisation per env and a fixed count of `iters` iterations (static; no data-dependent loop).
 
     Each iteration is a chord step of the block system with the switched buses' |V| as unknowns and their Q
-    at the limit as equations, by elimination with `chord`'s fixed matrices (a diagonal for the switched
-    buses' Schur complement): g = J_aa^-1 f, d|V|_s = (Q_limit - Q + H_ba g)_s / S_ss, da = -g - J_aa^-1 J_ab d|V|.
+    at the limit as equations, by elimination with `chord`'s fixed matrices: g = J_aa^-1 f, then
+    S_ss d|V|_s = (Q_limit - Q + H_ba g)_s by Q_SWEEPS minimal-residual steps preconditioned by S's diagonal
+    (at most one per PV bus), then da = -g - J_aa^-1 J_ab d|V|.
     A switched bus's |V| moves until its Q sits at the limit: the fixed point is the PQ bus's solution.
     Switching as MATPOWER's runpf: once the iterate is solved (mismatch below `tol`), every PV bus whose Q
     is outside its limits switches, never back; the iterations go on from there. Four matrix-vector
