@@ -32,7 +32,7 @@ def device_memory(device=None) -> int | None:
         if not m or m.group(2).upper() not in _UNITS:
             raise ValueError(f"EVOGRID_DEVICE_MEMORY={text!r}: give bytes, or a number with KiB, MiB, GiB, KB, MB or GB")
         return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-    device = device or jax.devices()[0]
+    device = device or jax.local_devices()[0]   # (jax.devices()[0] may be another process's)
     stats = device.memory_stats() if hasattr(device, "memory_stats") else None
     return int(stats["bytes_limit"]) if stats and "bytes_limit" in stats else None
 
