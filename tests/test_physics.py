@@ -306,6 +306,12 @@ def test_piecewise_linear_cost_matches_pypower():
         np.testing.assert_allclose(np.asarray(ours[row]), totcost(gencost, pg[row]), rtol=1e-12)
 
 
+def _base_point_chord(name):
+    """`chord_q_limits`'s matrices at case `name`'s own solved operating point (as the AC tasks build them)."""
+    base = ph.make_ac_network(load_case(name))
+    return ph.make_chord_q_limits(base, ph.newton_raphson(base, jnp.asarray(bus_injection_pu(load_case(name))))[0])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("solver", ["newton", "chord"])
 @pytest.mark.parametrize("name, scale", [("14", 1.2), ("14", 1.4), ("30", 1.4)])
@@ -336,9 +342,7 @@ def test_q_limits_match_pandapower(name, scale, solver):
         if solver == "newton":
             v, converged, _, switched = jax.jit(ph.newton_raphson_q_limits)(acn, s, *limits)
         else:
-            base = ph.make_ac_network(load_case(name))
-            chord = ph.make_chord_q_limits(base, ph.newton_raphson(base, jnp.asarray(bus_injection_pu(load_case(name))))[0])
-            v, converged, _, switched = jax.jit(ph.chord_q_limits)(acn, s, *limits, chord)
+            v, converged, _, switched = jax.jit(ph.chord_q_limits)(acn, s, *limits, _base_point_chord(name))
         plain, _, _ = ph.newton_raphson(acn, s)
     assert bool(converged)
     at_limit = net.gen.bus.values[np.isclose(net.res_gen.q_mvar.values, net.gen.max_q_mvar.values)
@@ -392,8 +396,7 @@ def test_newton_derivative_with_respect_to_the_set_points(limits):
         qmin, qmax = (jnp.asarray((q - case.bus[:, QD]) / case.base_mva) for q in (qmin, qmax))
 
         if limits == "chord":
-            base = ph.make_ac_network(load_case("14"))
-            chord = ph.make_chord_q_limits(base, ph.newton_raphson(base, jnp.asarray(bus_injection_pu(load_case("14"))))[0])
+            chord = _base_point_chord("14")
 
         def vm(vset):
             v0 = acn.v0.at[held].set(vset * jnp.exp(1j * jnp.angle(acn.v0[held])))

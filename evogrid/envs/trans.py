@@ -91,7 +91,7 @@ from evogrid.envs.trans_rules import (
     setpoints_in_band,
     start_dispatch,
 )
-from evogrid.physics.ac import bus_types
+from evogrid.physics.ac import CHORD_Q_ITERS, bus_types
 from evogrid.physics import (
     ACNetwork,
     ChordQLimits,
@@ -118,7 +118,6 @@ from evogrid.physics import (
 
 ROUNDOFF_ULPS = 4      # the balance and ramp channels ignore the slack's excess below this many ulps of the demand
 FORECAST_STEPS = 8     # intervals of load forecast in the observation by default (4 h at 30 min)
-CHORD_Q_ITERS = 60     # AC with reactive limits: chord iterations (physics.chord_q_limits; a fixed count)
 
 
 @struct.dataclass
@@ -537,8 +536,8 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
                          "QMAX): an AC task would hold no reactive power; use the DC task")
     if ac and voltage_setpoints == "band":
         case = setpoints_in_band(case)
-    # chord: the maximum (it stops when converged); with reactive limits, the fixed count per round
-    # (CHORD_ROUNDS rounds and one more solve); newton: the maximum per solve
+    # chord: the maximum (it stops when converged); with reactive limits, the fixed count of iterations;
+    # newton: the maximum per solve
     if not ac_iters:
         ac_iters = 10 if ac_method == "newton" else CHORD_Q_ITERS if enforce_q_limits else 30
     security = n1 or outages_per_day or outage_schedule is not None

@@ -239,6 +239,7 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
     return v, (mismatch < tol) & within, mismatch, switched
 
 
+CHORD_Q_ITERS = 60      # chord_q_limits: iterations by default (the tso-caseN-ac tasks' count)
 DERIVATIVE_ITERS = 30   # chord_q_limits: the last iterations, which carry the derivative
 Q_SWEEPS = 8   # chord_q_limits: minimal-residual steps an iteration on the switched buses' Schur complement
 
@@ -250,14 +251,13 @@ class ChordQLimits:
     [P(pvpq), Q(pq)], b = the PV buses' |V| and Q:
 
     jinv: [m, m] J_aa^-1; coupling: [m, n] J_aa^-1 J_ab (how the unknowns follow a PV bus's |V|);
-    q_rows: [n, m] H_ba (how the PV buses' Q follow the unknowns); q_sensitivity: [n] the diagonal of the
-    Schur complement S = H_bb - H_ba J_aa^-1 J_ab, dQ/d|V| of each PV bus with the equations held;
-    schur: [n, n] S itself (n = n_pvpq; zero rows and columns at PQ entries)."""
+    q_rows: [n, m] H_ba (how the PV buses' Q follow the unknowns); schur: [n, n] the Schur complement
+    S = H_bb - H_ba J_aa^-1 J_ab, dQ/d|V| of the PV buses with the equations held (n = n_pvpq; zero rows
+    and columns at PQ entries)."""
 
     jinv: jnp.ndarray
     coupling: jnp.ndarray
     q_rows: jnp.ndarray
-    q_sensitivity: jnp.ndarray
     schur: jnp.ndarray
 
 
@@ -269,18 +269,17 @@ def make_chord_q_limits(net: ACNetwork, v) -> ChordQLimits:
     is_pv = ~np.isin(np.asarray(net.pvpq), np.asarray(net.pq))
     a = np.concatenate([np.arange(n), n + np.flatnonzero(~is_pv)])   # in the chord method's order
     jinv = np.linalg.inv(jf[np.ix_(a, a)])
-    coupling, q_rows = np.zeros((a.size, n)), np.zeros((n, a.size))
-    coupling[:, is_pv] = jinv @ jf[np.ix_(a, n + np.flatnonzero(is_pv))]
-    q_rows[is_pv] = jf[np.ix_(n + np.flatnonzero(is_pv), a)]
-    schur = np.zeros((n, n))
-    pvb = n + np.flatnonzero(is_pv)
-    schur[np.ix_(is_pv, is_pv)] = jf[np.ix_(pvb, pvb)] - q_rows[is_pv] @ coupling[:, is_pv]
+    b = n + np.flatnonzero(is_pv)                                      # the PV buses' |V| and Q
+    coupling, q_rows, schur = np.zeros((a.size, n)), np.zeros((n, a.size)), np.zeros((n, n))
+    coupling[:, is_pv] = jinv @ jf[np.ix_(a, b)]
+    q_rows[is_pv] = jf[np.ix_(b, a)]
+    schur[np.ix_(is_pv, is_pv)] = jf[np.ix_(b, b)] - q_rows[is_pv] @ coupling[:, is_pv]
     dtype = jnp.zeros(0).dtype
-    return ChordQLimits(*(jnp.asarray(x, dtype) for x in (jinv, coupling, q_rows, np.diag(schur).copy(), schur)))
+    return ChordQLimits(*(jnp.asarray(x, dtype) for x in (jinv, coupling, q_rows, schur)))
 
 
 def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max: jnp.ndarray, chord: ChordQLimits,
-                   v0: jnp.ndarray | None = None, iters: int = 60, tol: float | None = None,
+                   v0: jnp.ndarray | None = None, iters: int = CHORD_Q_ITERS, tol: float | None = None,
                    v_set: jnp.ndarray | None = None):
     """`newton_raphson_q_limits` shaped for an accelerator: the same PV -> PQ switching and the same answer,
     with no factorisation per env and a fixed count of `iters` iterations (static; no data-dependent loop).
@@ -320,7 +319,7 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
         q = s_inj.imag[net.pvpq]
         q_off = jnp.where(switched, limit - q, 0.0)
         g = chord.jinv @ f
-        gain = jnp.where(switched, 1.0 / jnp.where(switched, chord.q_sensitivity, 1.0), 0.0)
+        gain = jnp.where(switched, 1.0 / jnp.where(switched, jnp.diagonal(chord.schur), 1.0), 0.0)
         # S_ss d|V| = t over the switched buses: minimal-residual steps preconditioned by S's diagonal (each
         # step lowers the residual, which Jacobi's need not where the buses are tightly coupled)
         r = q_off + chord.q_rows @ g
