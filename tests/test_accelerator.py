@@ -62,3 +62,44 @@ def test_float64_on_a_tpu_is_refused_before_set_up(monkeypatch):
     with jax.enable_x64(True), pytest.raises(ValueError, match=r"float64 was asked for .* unset JAX_ENABLE_X64"):
         make("tso-case5")
     make("tso-case5")   # float32 builds
+
+
+def _primitives(jaxpr, names=("gather", "scatter", "top_k", "sort")):
+    """The primitives `names` anywhere in a closed jaxpr, inner loops and branches included."""
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name in names:
+            found.append(eqn.primitive.name)
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (list, tuple)) else (value,):
+                inner = getattr(sub, "jaxpr", None)
+                if inner is not None:
+                    found += _primitives(getattr(inner, "jaxpr", inner), names)
+    return found
+
+
+@pytest.mark.parametrize("task", ["tso-case5", "tso-case118"])
+def test_the_redispatch_picks_rows_without_gathers_or_sorts_on_an_accelerator(monkeypatch, task):
+    """On a TPU the security redispatch spent most of its time in gathers at traced indices (a picked line's
+    row) and in top_k's sort (measured 2-6x the time, docs/accelerator.md): traced for an accelerator it picks
+    rows by one-hot products and max/argmax passes, scatters none, and moves every dispatch as the CPU's
+    gathers do, to the bit (random actions in the morning, with the peak plan on tso-case5)."""
+    from evogrid.envs import make
+    from evogrid.safety import make_layer
+    from evogrid.utils.jax_utils import batch_reset, split_key_for_envs
+
+    env, params = make(task)
+    layer = make_layer(env, params, "on")
+    obs, state = batch_reset(env, split_key_for_envs(jax.random.key(0), 32), params)
+    shape = (32, env.action_space(params).shape[0])
+    for t in range(16):   # into the morning ramp: random dispatches there overload lines and out-run the ramps
+        act = jax.random.uniform(jax.random.key(t), shape, minval=-1.0, maxval=1.0)
+        obs, state, *_ = jax.vmap(env.step, (0, 0, 0, None))(split_key_for_envs(jax.random.key(99 + t), 32), state, act, params)
+    run = lambda: jax.jit(jax.vmap(layer))(obs, act)  # noqa: E731   (a new trace each call)
+    on_cpu = run()
+    assert _primitives(jax.make_jaxpr(jax.vmap(layer))(obs, act).jaxpr, ("gather", "top_k"))   # the CPU's way
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
+    assert _primitives(jax.make_jaxpr(jax.vmap(layer))(obs, act).jaxpr) == []
+    for cpu, chip in zip(on_cpu, run()):
+        assert jax.numpy.array_equal(cpu, chip)
+    assert float(jax.numpy.sum(on_cpu[1])) > 0.0   # the layer moved something

@@ -40,3 +40,32 @@ def test_rng_split_accepts_new_and_legacy_keys(make_key):
 def test_tree_stop_gradient():
     g = jax.grad(lambda x: jnp.sum(tree_stop_gradient({"a": x})["a"] * x))(jnp.ones(3))
     np.testing.assert_array_equal(g, 1.0)  # only the un-stopped factor contributes
+
+
+def test_largest_is_top_k_ties_and_infinities_included(monkeypatch):
+    from evogrid.utils.jax_utils import largest
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")   # the accelerator's passes (the CPU calls top_k)
+    x = jnp.array([0.5, -jnp.inf, 2.0, 0.5, 2.0, -jnp.inf, -1.0])
+    for k in range(1, x.shape[0] + 1):
+        values, index = largest(x, k)
+        want_v, want_i = jax.lax.top_k(x, k)
+        assert jnp.array_equal(values, want_v) and jnp.array_equal(index, want_i), (k, index, want_i)
+    batch = jax.random.normal(jax.random.key(0), (64, 9)).round(1)   # rounded: ties (top_k orders them as it likes)
+    values, index = jax.vmap(lambda v: largest(v, 4))(batch)
+    assert jnp.array_equal(values, jax.lax.top_k(batch, 4)[0])
+    assert jnp.array_equal(jnp.take_along_axis(batch, index, 1), values)
+    tie = values[:, 1:] == values[:, :-1]
+    assert jnp.all(jnp.where(tie, index[:, 1:] > index[:, :-1], index[:, 1:] != index[:, :-1]))
+
+
+def test_take_rows_is_indexing_on_every_backend(monkeypatch):
+    from evogrid.utils.jax_utils import take_rows
+
+    table = jax.random.normal(jax.random.key(1), (7, 3, 2)) * 1e3
+    idx = jnp.array([6, 0, 3, 3])
+    want = table[idx]
+    assert jnp.array_equal(take_rows(table, idx), want)
+    monkeypatch.setattr(jax, "default_backend", lambda: "tpu")   # the one-hot product, bit for bit
+    assert jnp.array_equal(take_rows(table, idx), want)
+    assert jnp.array_equal(take_rows(table[:, 0, 0] > 0, idx), want[:, 0, 0] > 0)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from evogrid.envs.trans import follow_load
-from evogrid.utils.jax_utils import held_least_norm_step, held_projection_step
+from evogrid.utils.jax_utils import held_least_norm_step, held_projection_step, largest, take_rows
 
 SECURE_ITERS = 8       # Gauss-Newton steps per interval
 SECURE_LINES = 3       # rows handled together in a step (the worst three, and the balance)
@@ -111,7 +111,7 @@ def _redispatch(iters: int, early: bool, pg, lo, hi, demand, flow, sens, rate, a
             """The gradients [len(idx), n_units] of the candidates `idx` (lines, then the reach): only the rows
             taken are built (under vmap all n_line rows would be a [batch, n_line, n_units] array a step)."""
             line = jnp.minimum(idx, n_line - 1)
-            picked = jnp.sign(f)[line][:, None] * sens[line]   # d|f|/d output
+            picked = take_rows(jnp.sign(f)[:, None], line) * take_rows(sens, line)   # d|f|/d output
             return picked if reach_grad is None else jnp.where((idx < n_line)[:, None], picked, reach_grad[None])
 
         rows = rows_at
@@ -121,10 +121,11 @@ def _redispatch(iters: int, early: bool, pg, lo, hi, demand, flow, sens, rate, a
             later = jnp.concatenate([jnp.abs(fx) - target, step_ - cap, -step_ - cap])
             resid = jnp.concatenate([resid, jnp.where(valid, later, -jnp.inf)])
             aim = jnp.concatenate([aim, target, cap, cap])
-            now = rows_at(jnp.arange(n_line + (ahead is not None)))   # a small grid: every row built
+            now = jnp.sign(f)[:, None] * sens   # a small grid: every row built
+            now = now if reach_grad is None else jnp.concatenate([now, reach_grad[None]])
             full = jnp.concatenate([jnp.concatenate([now, jnp.zeros_like(now)], 1),
                                     jnp.concatenate([jnp.zeros_like(sens), jnp.sign(fx)[:, None] * sens], 1), ramp_rows])
-            rows = lambda idx: full[idx]  # noqa: E731
+            rows = lambda idx: take_rows(full, idx)  # noqa: E731
             short = short | (valid & (jnp.any(jnp.abs(fx) > rate * (1.0 + 1e-9))
                                       | jnp.any(jnp.abs(step_) > reach * (1.0 + 1e-9))))
         return resid, aim, rows, short
@@ -132,9 +133,9 @@ def _redispatch(iters: int, early: bool, pg, lo, hi, demand, flow, sens, rate, a
     def step(z, plan: bool, measured):
         resid, aim, rows, _ = measured
         pg, x = z[:n], z[n:]
-        worst, idx = jax.lax.top_k(resid, k_plan if plan else k)
+        worst, idx = largest(resid, k_plan if plan else k)
         if peak is None:
-            active = worst > -SECURE_BAND * aim[idx]   # over, or at the limit (kept there, not pushed back over)
+            active = worst > -SECURE_BAND * take_rows(aim, idx)   # over, or at the limit (kept there, not pushed back over)
         else:   # inequalities: every row taken, those inside may stay inside
             active = jnp.isfinite(worst)
         balance = jnp.ones((1, n), pg.dtype)       # the balance row(s): the total of pg (and of x) kept
@@ -184,21 +185,24 @@ def peak_plan(pg, future, future_load, pmin, pmax, ramp, flows_at):
     Returns (x's flows, x, its demand, the reach k ramp [n_units], whether there is such an interval)."""
     i = jnp.argmax(jnp.where(jnp.isnan(future), -jnp.inf, future))
     reach = (i + 1).astype(pg.dtype) * ramp
-    demand = jnp.nan_to_num(future[i])
+    known = ~jnp.isnan(future)
+    demand, load, valid = (take_rows(x, i[None])[0] for x in (jnp.where(known, future, 0.0), future_load, known))
     x0 = follow_load(pg, jnp.maximum(pmin, pg - reach), jnp.minimum(pmax, pg + reach), demand)
-    return flows_at(x0, future_load[i]), x0, demand, reach, ~jnp.isnan(future[i])
+    return flows_at(x0, load), x0, demand, reach, valid
 
 
 def reach_row(pg, future, pmin, pmax, ramp):
     """The look-ahead row of `secure_redispatch`: of the 2K reach conditions (k = 1..K, the lowest and the
     highest total output k intervals on, against future[k - 1]), the one furthest out: (its gradient in the
     dispatch [n_units], its excess MW (> 0: out of reach; -inf: no future within the day), its demand MW)."""
-    k = jnp.arange(1, future.shape[0] + 1, dtype=pg.dtype)[:, None]
-    low, high = pg - k * ramp, pg + k * ramp                         # [K, n_units]
-    gaps = jnp.concatenate([jnp.sum(jnp.maximum(pmin, low), 1) - future, future - jnp.sum(jnp.minimum(pmax, high), 1)])
-    grads = jnp.concatenate([(low > pmin).astype(pg.dtype), -(high < pmax).astype(pg.dtype)])
+    n_ahead = future.shape[0]
+    k = jnp.arange(1, n_ahead + 1, dtype=pg.dtype)[:, None]
+    gaps = jnp.concatenate([jnp.sum(jnp.maximum(pmin, pg - k * ramp), 1) - future,
+                            future - jnp.sum(jnp.minimum(pmax, pg + k * ramp), 1)])
     gaps = jnp.where(jnp.isnan(gaps), -jnp.inf, gaps)              # intervals past the day's end never bind
     i = jnp.argmax(gaps)
-    return grads[i], gaps[i], jnp.abs(jnp.nan_to_num(future[i % future.shape[0]]))
-
-
+    # the gradient of that one condition, from its k (not all 2K rows built and one picked: a gather under vmap)
+    k_i, rising = (i % n_ahead + 1).astype(pg.dtype), i >= n_ahead
+    grad = jnp.where(rising, -(pg + k_i * ramp < pmax).astype(pg.dtype), (pg - k_i * ramp > pmin).astype(pg.dtype))
+    demand = jnp.sum(jnp.where(jnp.arange(n_ahead) == i % n_ahead, jnp.nan_to_num(future), 0.0))
+    return grad, jnp.max(gaps), jnp.abs(demand)
