@@ -147,24 +147,29 @@ def held_projection_step(a, r, n_eq, x, lo, hi, damping, sweeps: int):
     every row, d stays finite (the damping bounds lam) and the later rows have the last word (put the
     equalities last). Checked by hand in tests/test_envs.py."""
     m = a.shape[0]
-    rows = jnp.arange(m)
-    eq = rows >= m - n_eq
 
     def solve(free):
         af = jnp.where(free[None, :], a, 0.0)
         gram = jnp.sum(af[:, None, :] * af[None, :, :], -1)   # as in held_least_norm_step: no batched dot
         gram = gram + (damping * jnp.trace(gram) / m + jnp.sqrt(jnp.finfo(x.dtype).tiny)) * jnp.eye(m, dtype=x.dtype)
+        g = [[gram[i, j] for j in range(m)] for i in range(m)]
 
         def sweep(_, lam):
+            lam = list(lam)
             for i in range(m):   # each row sees the others' latest multipliers
-                new = lam[i] - (jnp.sum(gram[i] * lam) + r[i]) / gram[i, i]
-                lam = jnp.where(rows == i, jnp.where(eq[i], new, jnp.maximum(new, 0.0)), lam)
-            return lam
+                dot = g[i][0] * lam[0]
+                for j in range(1, m):
+                    dot = dot + g[i][j] * lam[j]
+                new = lam[i] - (dot + r[i]) / g[i][i]
+                lam[i] = new if i >= m - n_eq else jnp.maximum(new, 0.0)
+            return tuple(lam)
 
-        # products of a few entries per env are sums of elementwise products, not dots: under vmap a dot of
-        # [B, m] by [B, m] is a batched matrix product, which an accelerator runs on its matrix unit in several
-        # passes (full float32) for m = 7 entries, once per row per sweep
-        return -jnp.sum(jax.lax.fori_loop(0, sweeps, sweep, jnp.zeros(m, x.dtype))[:, None] * af, 0)
+        # the multipliers are m scalars, not an [m] vector: under vmap each is one [batch] array, and a sweep is
+        # elementwise arithmetic on them, which an accelerator fuses into one kernel (a sum along [batch, m] is
+        # a reduction, which ends a kernel: 8 rows x 12 sweeps of them a solve measured most of the layer's
+        # time on a TPU); nor a dot: under vmap that is a batched matrix product on the matrix unit
+        lam = jax.lax.fori_loop(0, sweeps, sweep, tuple(jnp.zeros((), x.dtype) for _ in range(m)))
+        return -jnp.sum(jnp.stack(lam)[:, None] * af, 0)
 
     d = solve(jnp.ones(x.shape, bool))
     return solve(~(((x <= lo) & (d < 0)) | ((x >= hi) & (d > 0))))
