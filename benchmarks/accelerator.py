@@ -18,7 +18,8 @@ Parts:
   train  `evogrid train`'s loop (`Workflow.learn`: the CLI's defaults, a run directory with metrics, validation
          rounds and checkpoints every `--checkpoint-every`) at each population: the first call (compile + run),
          then the wall time per generation after it and the share of it spent in the compiled calls (results
-         pulled to the host included), and the process's peak host memory.
+         pulled to the host included), and the process's peak host memory (with what was resident once the
+         device was opened: a TPU runtime holds ~13 GiB of host memory from then on).
   audit  the optimised program the device compiles for a task's rollout: every matrix product (dot,
          convolution) with the precision the compiler gave it and the source line it came from; any that
          runs at the default (on a TPU: bfloat16 passes) is the physics losing digits.
@@ -164,6 +165,15 @@ def audit(task: str, layer: bool, n_envs: int) -> list[str]:
     return [f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {n} |" for k, n in sorted(rows.items())]
 
 
+def resident_gib() -> float:
+    """The process's resident host memory now, GiB (Linux; NaN elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) / 2**20
+    except (OSError, StopIteration, ValueError):
+        return float("nan")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="small sizes (any machine)")
@@ -191,6 +201,7 @@ def main(argv=None):
         print(line, flush=True)
 
     say(f"# {device_line()}")
+    opened = resident_gib()   # the device runtime's own host memory (13 GiB on a TPU v5e host) is in from here
     if "envs" in parts:
         say("\n| task | layer | N envs | env-steps/s | compile s |")
         say("|---|---|---|---|---|")
@@ -228,7 +239,8 @@ def main(argv=None):
             for pop in pops:
                 first, per_gen, share = train_loop(task, pop, generations, min(args.checkpoint_every, generations))
                 say(f"| {task} | {pop:,} | {first:.1f} | {per_gen:.4f} | {share:.0%} |")
-        say(f"peak host memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GiB")
+        say(f"peak host memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GiB "
+            f"({opened:.1f} GiB resident once the device was opened, before any task was built)")
     if "audit" in parts:
         for task in tasks:
             say(f"\n{task}: matrix products of the compiled rollout ({sizes[0]} envs)")

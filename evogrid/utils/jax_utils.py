@@ -166,8 +166,8 @@ def held_projection_step(a, r, n_eq, x, lo, hi, damping, sweeps: int):
 
         # the multipliers are m scalars, not an [m] vector: under vmap each is one [batch] array, and a sweep is
         # elementwise arithmetic on them, which an accelerator fuses into one kernel (a sum along [batch, m] is
-        # a reduction, which ends a kernel: 8 rows x 12 sweeps of them a solve measured most of the layer's
-        # time on a TPU); nor a dot: under vmap that is a batched matrix product on the matrix unit
+        # a reduction, which ends a kernel: with one per row and sweep the redispatch of tso-case5 and
+        # tso-case14 took a third more time on a TPU v5e); nor a dot: under vmap a batched matrix product
         lam = jax.lax.fori_loop(0, sweeps, sweep, tuple(jnp.zeros((), x.dtype) for _ in range(m)))
         return -jnp.sum(jnp.stack(lam)[:, None] * af, 0)
 
