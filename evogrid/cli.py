@@ -311,23 +311,28 @@ def _layer_words(workflow) -> str:
 
 def _check_memory(values: dict, config, workflow) -> None:
     """On a device that says how much memory it holds (a GPU or TPU, or EVOGRID_DEVICE_MEMORY), refuse a
-    population whose generation would not fit, before the run's own compile (`utils.memory.check_batch`:
-    the same generation compiled at two smaller populations)."""
+    population (--pop) or, for the RL algorithms, an env batch (--envs) whose step would not fit, before the
+    run's own compile (`utils.memory.check_batch`: the same step compiled at two smaller batches)."""
     import jax
 
     from evogrid.utils.memory import check_batch, device_memory, program_bytes
     from evogrid.workflows.registry import build
 
     limit = device_memory()
-    if limit is None or not hasattr(config, "pop_size"):
+    if limit is None:
+        return
+    if hasattr(config, "pop_size"):   # populations of antithetic pairs, shared evenly over the devices
+        field, flag, what, multiple = "pop_size", "--pop", "one generation", 2 * jax.device_count()
+    elif hasattr(config, "num_envs"):   # a batch that still splits into PPO's minibatches
+        field, flag, what, multiple = "num_envs", "--envs", "one iteration", getattr(config, "minibatches", 1)
+    else:
         return
 
     def bytes_at(n):
-        _, small = build({**values, "pop_size": n}, workflow.env, workflow.env_params)
+        _, small = build({**values, field: n}, workflow.env, workflow.env_params)
         return program_bytes(type(small).step.lower(small, small.state_template()))
 
-    # populations of antithetic pairs, shared evenly over the devices
-    check_batch(bytes_at, config.pop_size, limit, "--pop", f" on {config.task} (one generation)", 2 * jax.device_count())
+    check_batch(bytes_at, getattr(config, field), limit, flag, f" on {config.task} ({what})", multiple)
 
 
 def _size_warning(config, workflow) -> str | None:

@@ -139,6 +139,27 @@ def test_a_population_too_large_for_the_device_is_refused_with_the_largest_that_
     assert fits % 2 == 0 and need(fits) <= limit < need(2048) and need(fits * 3 // 4 * 2) > limit, (fits, need(fits))
 
 
+
+def test_an_env_batch_too_large_for_the_device_is_refused_with_the_largest_that_fits(tmp_path, capsys, monkeypatch):
+    """The RL algorithms' batch is --envs: the same check, naming a batch that still splits into PPO's
+    minibatches; that batch's iteration fits, the asked one's does not."""
+    from evogrid.utils.memory import program_bytes
+    from evogrid.workflows.registry import build
+
+    small = ["--algorithm", "PPO", "--task", "tso-case5", "--hidden", "8", "--safety", "off", "--generations", "1"]
+    monkeypatch.setenv("EVOGRID_DEVICE_MEMORY", "4MiB")
+    code, _, err = _run(capsys, "train", *small, "--envs", "4096", "--out", str(tmp_path / "run"))
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--envs 4,096 on tso-case5 (one iteration) needs about" in err and "the device holds 4 MiB" in err, err
+    fits = int(err.split("the largest --envs that fits is about ")[1].replace(",", "").strip())
+    assert not (tmp_path / "run").exists()
+
+    values = {"algorithm": "PPO", "task": "tso-case5", "hidden": (8,), "safety": "off"}
+    def need(n):
+        _, wf = build({**values, "num_envs": n})
+        return program_bytes(type(wf).step.lower(wf, wf.state_template()))
+    assert fits % 4 == 0 and need(fits) <= 4 * 2**20 < need(4096), (fits, need(fits))
+
 def _generations(run):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]   # strict JSON
     csv_rows = (run / "metrics.csv").read_text().splitlines()[1:]
