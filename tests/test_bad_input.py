@@ -111,54 +111,40 @@ def test_refused_commands_change_nothing(tmp_path, capsys):
     assert (tmp_path / "mine" / "metrics.csv").read_text() == "the user's own data"
 
 
-@pytest.mark.slow
-def test_a_population_too_large_for_the_device_is_refused_with_the_largest_that_fits(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("flag, field, asked, multiple, extra, what", [
+    ("--pop", "pop_size", 2048, 2, ("--episodes", "1"), "one generation"),
+    ("--envs", "num_envs", 4096, 4, ("--algorithm", "PPO"), "one iteration"),   # the RL batch, in PPO's minibatches
+])
+def test_a_batch_too_large_for_the_device_is_refused_with_the_largest_that_fits(tmp_path, capsys, monkeypatch, flag,
+                                                                                  field, asked, multiple, extra, what):
     """On a device that says how much memory it holds (here EVOGRID_DEVICE_MEMORY: a CPU says nothing), a
-    --pop whose generation would not fit is refused in one line naming the largest that does, before the run
-    starts (no run directory); that population's generation does fit, the asked one's does not (each
-    compiled at its size), and 1.5x the one named would not."""
+    --pop (or, for the RL algorithms, --envs) whose step would not fit is refused in one line naming the
+    largest that does, before the run starts (no run directory); that batch's step does fit, the asked one's
+    does not (each compiled at its size), and 1.5x the one named would not."""
     from evogrid.utils.memory import program_bytes
     from evogrid.workflows.registry import build
 
-    small = ["--task", "tso-case5", "--episodes", "1", "--hidden", "8", "--safety", "off", "--generations", "1"]
+    small = ["--task", "tso-case5", "--hidden", "8", "--safety", "off", "--generations", "1", *extra]
     monkeypatch.setenv("EVOGRID_DEVICE_MEMORY", "4MiB")
-    code, _, err = _run(capsys, "train", *small, "--pop", "2048", "--out", str(tmp_path / "run"))
+    code, _, err = _run(capsys, "train", *small, flag, str(asked), "--out", str(tmp_path / "run"))
     assert code == 2 and err.count("\n") == 1, err
-    assert "--pop 2,048 on tso-case5 (one generation) needs about" in err and "the device holds 4 MiB" in err, err
-    fits = int(err.split("the largest --pop that fits is about ")[1].replace(",", "").strip())
+    assert f"{flag} {asked:,} on tso-case5 ({what}) needs about" in err and "the device holds 4 MiB" in err, err
+    fits = int(err.split(f"the largest {flag} that fits is about ")[1].replace(",", "").strip())
     assert not (tmp_path / "run").exists()
     monkeypatch.setenv("EVOGRID_DEVICE_MEMORY", "12 potatoes")
-    code, _, err = _run(capsys, "train", *small, "--pop", "2048", "--out", str(tmp_path / "run"))
+    code, _, err = _run(capsys, "train", *small, flag, str(asked), "--out", str(tmp_path / "run"))
     assert code == 2 and "EVOGRID_DEVICE_MEMORY='12 potatoes': give bytes" in err and err.count("\n") == 1, err
 
-    values = {"task": "tso-case5", "episodes_per_individual": 1, "hidden": (8,), "safety": "off"}
+    values = {"task": "tso-case5", "hidden": (8,), "safety": "off",
+              **({"episodes_per_individual": 1} if field == "pop_size" else {"algorithm": "PPO"})}
+
     def need(n):
-        _, wf = build({**values, "pop_size": n})
+        _, wf = build({**values, field: n})
         return program_bytes(type(wf).step.lower(wf, wf.state_template()))
     limit = 4 * 2**20
-    assert fits % 2 == 0 and need(fits) <= limit < need(2048) and need(fits * 3 // 4 * 2) > limit, (fits, need(fits))
+    assert fits % multiple == 0 and need(fits) <= limit < need(asked), (fits, need(fits))
+    assert need(fits * 3 // 4 * 2) > limit, (fits, need(fits * 3 // 4 * 2))
 
-
-
-def test_an_env_batch_too_large_for_the_device_is_refused_with_the_largest_that_fits(tmp_path, capsys, monkeypatch):
-    """The RL algorithms' batch is --envs: the same check, naming a batch that still splits into PPO's
-    minibatches; that batch's iteration fits, the asked one's does not."""
-    from evogrid.utils.memory import program_bytes
-    from evogrid.workflows.registry import build
-
-    small = ["--algorithm", "PPO", "--task", "tso-case5", "--hidden", "8", "--safety", "off", "--generations", "1"]
-    monkeypatch.setenv("EVOGRID_DEVICE_MEMORY", "4MiB")
-    code, _, err = _run(capsys, "train", *small, "--envs", "4096", "--out", str(tmp_path / "run"))
-    assert code == 2 and err.count("\n") == 1, err
-    assert "--envs 4,096 on tso-case5 (one iteration) needs about" in err and "the device holds 4 MiB" in err, err
-    fits = int(err.split("the largest --envs that fits is about ")[1].replace(",", "").strip())
-    assert not (tmp_path / "run").exists()
-
-    values = {"algorithm": "PPO", "task": "tso-case5", "hidden": (8,), "safety": "off"}
-    def need(n):
-        _, wf = build({**values, "num_envs": n})
-        return program_bytes(type(wf).step.lower(wf, wf.state_template()))
-    assert fits % 4 == 0 and need(fits) <= 4 * 2**20 < need(4096), (fits, need(fits))
 
 def _generations(run):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]   # strict JSON
