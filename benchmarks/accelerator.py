@@ -232,13 +232,12 @@ def main(argv=None):
         import resource
 
         generations = args.generations or (4 if args.smoke else 100)
-        say(f"\n| evogrid train loop ({generations} generations, checkpoints every "
-            f"{min(args.checkpoint_every, 2 if args.smoke else generations)}) | population "
+        every = min(args.checkpoint_every, 2 if args.smoke else generations)   # smoke: calls after the first
+        say(f"\n| evogrid train loop ({generations} generations, checkpoints every {every}) | population "
             "| first call s | s / generation after it | share in the compiled calls |")
         say("|---|---|---|---|---|")
         for task in [t for t in tasks if t.startswith("tso-")][:1] or tasks[:1]:
             for pop in pops:
-                every = min(args.checkpoint_every, 2 if args.smoke else generations)   # smoke: calls after the first
                 first, per_gen, share = train_loop(task, pop, generations, every)
                 say(f"| {task} | {pop:,} | {first:.1f} | {per_gen:.4f} | {share:.0%} |")
         say(f"peak host memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GiB "

@@ -80,8 +80,8 @@ def _primitives(jaxpr, names=("gather", "scatter", "top_k", "sort")):
 
 @pytest.mark.parametrize("task", ["tso-case5", "tso-case118"])
 def test_the_redispatch_picks_rows_without_gathers_or_sorts_on_an_accelerator(monkeypatch, task):
-    """On a TPU the security redispatch spent most of its time in gathers at traced indices (a picked line's
-    row) and in top_k's sort (measured 2-6x the time, docs/accelerator.md): traced for an accelerator it picks
+    """On a TPU gathers at traced indices (a picked line's row) and top_k's sort slowed the security redispatch
+    (1.5-1.8x and a fifth more time: utils.jax_utils.take_rows, largest): traced for an accelerator it picks
     rows by one-hot products and max/argmax passes, scatters none, and moves every dispatch as the CPU's
     gathers do, to the bit (random actions in the morning, with the peak plan on tso-case5)."""
     from evogrid.envs import make

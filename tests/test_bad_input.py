@@ -111,9 +111,10 @@ def test_refused_commands_change_nothing(tmp_path, capsys):
     assert (tmp_path / "mine" / "metrics.csv").read_text() == "the user's own data"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag, field, asked, multiple, extra, what", [
-    ("--pop", "pop_size", 2048, 2, ("--episodes", "1"), "one generation"),
-    ("--envs", "num_envs", 4096, 4, ("--algorithm", "PPO"), "one iteration"),   # the RL batch, in PPO's minibatches
+    ("--pop", "pop_size", 2048, 2, {"episodes_per_individual": ("--episodes", 1)}, "one generation"),
+    ("--envs", "num_envs", 4096, 4, {"algorithm": ("--algorithm", "PPO")}, "one iteration"),   # in PPO's minibatches
 ])
 def test_a_batch_too_large_for_the_device_is_refused_with_the_largest_that_fits(tmp_path, capsys, monkeypatch, flag,
                                                                                   field, asked, multiple, extra, what):
@@ -124,7 +125,8 @@ def test_a_batch_too_large_for_the_device_is_refused_with_the_largest_that_fits(
     from evogrid.utils.memory import program_bytes
     from evogrid.workflows.registry import build
 
-    small = ["--task", "tso-case5", "--hidden", "8", "--safety", "off", "--generations", "1", *extra]
+    (key, (option, value)), = extra.items()   # one config value, and the option that sets it
+    small = ["--task", "tso-case5", "--hidden", "8", "--safety", "off", "--generations", "1", option, str(value)]
     monkeypatch.setenv("EVOGRID_DEVICE_MEMORY", "4MiB")
     code, _, err = _run(capsys, "train", *small, flag, str(asked), "--out", str(tmp_path / "run"))
     assert code == 2 and err.count("\n") == 1, err
@@ -135,8 +137,7 @@ def test_a_batch_too_large_for_the_device_is_refused_with_the_largest_that_fits(
     code, _, err = _run(capsys, "train", *small, flag, str(asked), "--out", str(tmp_path / "run"))
     assert code == 2 and "EVOGRID_DEVICE_MEMORY='12 potatoes': give bytes" in err and err.count("\n") == 1, err
 
-    values = {"task": "tso-case5", "hidden": (8,), "safety": "off",
-              **({"episodes_per_individual": 1} if field == "pop_size" else {"algorithm": "PPO"})}
+    values = {"task": "tso-case5", "hidden": (8,), "safety": "off", key: value}
 
     def need(n):
         _, wf = build({**values, field: n})

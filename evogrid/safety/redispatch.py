@@ -204,5 +204,5 @@ def reach_row(pg, future, pmin, pmax, ramp):
     # the gradient of that one condition, from its k (not all 2K rows built and one picked: a gather under vmap)
     k_i, rising = (i % n_ahead + 1).astype(pg.dtype), i >= n_ahead
     grad = jnp.where(rising, -(pg + k_i * ramp < pmax).astype(pg.dtype), (pg - k_i * ramp > pmin).astype(pg.dtype))
-    demand = jnp.sum(jnp.where(jnp.arange(n_ahead) == i % n_ahead, jnp.nan_to_num(future), 0.0))
+    demand = take_rows(jnp.nan_to_num(future), (i % n_ahead)[None])[0]
     return grad, jnp.max(gaps), jnp.abs(demand)
