@@ -69,3 +69,20 @@ def test_take_rows_is_indexing_on_every_backend(monkeypatch):
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")   # the one-hot product, bit for bit
     assert jnp.array_equal(take_rows(table, idx), want)
     assert jnp.array_equal(take_rows(table[:, 0, 0] > 0, idx), want[:, 0, 0] > 0)
+
+
+def test_small_solve_matches_numpy_with_and_without_pivoting():
+    from evogrid.utils.jax_utils import small_solve
+
+    rng = np.random.default_rng(0)
+    swap = np.array([[0.0, 2.0, 1.0], [1.0, 0.0, 3.0], [4.0, 1.0, 0.0]])   # a zero pivot: needs the row swaps
+    for a in (swap, rng.normal(size=(6, 6)), rng.normal(size=(1, 1))):
+        b, rhs = rng.normal(size=a.shape[0]), rng.normal(size=(a.shape[0], 2))
+        np.testing.assert_allclose(small_solve(jnp.asarray(a), jnp.asarray(b)), np.linalg.solve(a, b), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(small_solve(jnp.asarray(a), jnp.asarray(rhs)), np.linalg.solve(a, rhs), rtol=1e-4, atol=1e-5)
+    assert not np.all(np.isfinite(small_solve(jnp.asarray(swap), jnp.ones(3), pivot=False)))   # the zero pivot
+    spd = rng.normal(size=(5, 9))
+    spd = spd @ spd.T
+    batch = jnp.asarray(rng.normal(size=(16, 5)))
+    x = jax.vmap(lambda r: small_solve(jnp.asarray(spd), r, pivot=False))(batch)
+    np.testing.assert_allclose(x, np.linalg.solve(spd, np.asarray(batch).T).T, rtol=1e-4, atol=1e-5)

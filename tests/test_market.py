@@ -1,4 +1,6 @@
 """GenCos market: clearing against scipy's linprog (HiGHS), profits by hand, the MARL view."""
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,7 +8,7 @@ import pytest
 from conftest import marl_scan
 from scipy.optimize import linprog
 
-from evogrid.envs import GenCoMarketEnv, MarketMARLEnv, make_market_params
+from evogrid.envs import GenCoMarketEnv, MarketMARLEnv, make, make_market_params
 from evogrid.physics.market import merit_order
 
 ENV = GenCoMarketEnv()
@@ -160,3 +162,16 @@ def test_market_marl_view_under_vmap_and_scan():
     obs, rewards, dones = marl_scan(MarketMARLEnv(ENV, params), params, n_envs=4, steps=7, agent="genco_4")
     assert rewards.shape == (7, 4) and dones.sum() == 2 * 4  # two 3-step episodes ended per env
     assert obs["genco_0"].shape == (4, 13) and np.all(np.isfinite(rewards))
+
+
+def test_the_clearing_calls_no_lapack_under_vmap():
+    """The clearing's small systems are unrolled eliminations (`small_solve`), not batched LAPACK calls: on 2
+    CPU cores jaxlib's batched LU and Cholesky deadlocked once two were in flight (gencos-case14 hung at 192
+    envs and more, jax 0.10.2), and on an accelerator they run one tiny factorisation at a time."""
+    env, params = make("gencos-case14")
+    n = params.seg_cost.shape[0]
+    offers = jnp.broadcast_to(params.seg_cost, (256, n))
+    loads = params.load[0, :1].repeat(256, axis=0)
+    text = jax.jit(jax.vmap(lambda o, l: env.clear(o, params, l))).lower(offers, loads).compile().as_text()
+    calls = sorted(set(re.findall(r'custom_call_target="([^"]+)"', text)))
+    assert calls == ["TopK"], calls   # the vertex's basis: top_k (the CPU's sort), no lapack_* factorisation

@@ -26,6 +26,7 @@ import numpy as np
 from flax import struct
 
 from evogrid.physics._common import as_float
+from evogrid.utils.jax_utils import largest, small_solve
 
 
 def merit_order(prices, caps, demand):
@@ -67,13 +68,13 @@ def make_dcopf(ptdf: np.ndarray, f0: np.ndarray, rate: np.ndarray, seg_bus: np.n
 def _newton(lp, point, rl, ru):
     """Newton direction of the box LP's KKT system at `point` = (z, w, y, s, v), w = u - z, toward
     complementarity z s -> z s + rl, w v -> w v + ru: the normal equations A D^-1 A' dy = r with
-    D = s / z + v / w (m x m, m = rows, by Cholesky; a ridge, even of 100 eps per row, costs float32 its accuracy)."""
+    D = s / z + v / w (m x m, m = rows, by an unrolled elimination, `small_solve`; a ridge, even of 100 eps per row, costs float32 its accuracy)."""
     c, a, b, _ = lp
     z, w, y, s, v = point
     d = s / z + v / w
     g = (c - a.T @ y - s + v) - rl / z + ru / w
     m = (a / d) @ a.T
-    dy = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(m), (b - a @ z) + a @ (g / d))
+    dy = small_solve(m, (b - a @ z) + a @ (g / d), pivot=False)
     dz = (a.T @ dy - g) / d
     return dz, dy, (rl - s * dz) / z, (ru + v * dz) / w
 
@@ -153,12 +154,12 @@ def vertex(lp, point, tol: float):
     merge = lambda x: jnp.zeros_like(x).at[leader].add(x)  # noqa: E731
     zg, wg, ug = merge(z), merge(w), merge(u)
     score = jnp.where(first & jnp.any(a != 0, axis=0), jnp.minimum(zg, wg), -1.0)   # empty columns never enter
-    _, basis = jax.lax.top_k(score, m)
+    _, basis = largest(score, m)
     in_basis = jnp.zeros(n, bool).at[basis].set(True)
     x = jnp.where(first & ~in_basis & (wg < zg), ug, 0.0)
     big = a[:, basis]
-    x = x.at[basis].set(jnp.linalg.solve(big, b - a @ x))
-    y_v = jnp.linalg.solve(big.T, c[basis])
+    x = x.at[basis].set(small_solve(big, b - a @ x))
+    y_v = small_solve(big.T, c[basis])
     reduced = c - a.T @ y_v
     slack = tol * (1 + ug)
     primal = jnp.all((x >= -slack) & (x <= ug + slack))

@@ -75,15 +75,27 @@ def tree_where(cond, on_true, on_false):
     return jax.tree_util.tree_map(lambda a, b: jnp.where(cond, a, b), on_true, on_false)
 
 
-def spd_solve(a, b):
-    """x = a^-1 b for a small symmetric positive definite `a` [n, n] (static n): Gauss-Jordan elimination
-    without pivoting (a is SPD), unrolled into n rank-one updates, which vectorise across a vmapped batch
-    where a batched LAPACK call would not."""
-    m, pos = jnp.concatenate([a, b[:, None]], axis=1), jnp.arange(a.shape[0])[:, None]
-    for i in range(a.shape[0]):
-        row = m[i] / m[i, i]
-        m = jnp.where(pos == i, row[None, :], m - jnp.outer(m[:, i], row))   # a select, not a scatter
-    return m[:, -1]
+def small_solve(a, b, pivot: bool = True):
+    """x = a^-1 b for a small square `a` [n, n] (static n), `b` [n] or [n, k]: Gaussian elimination and back
+    substitution unrolled into rank-one updates, with selects rather than scatters or gathers, so that it
+    vectorises across a vmapped batch. A batched LAPACK call does not, and on the CPU jaxlib's batched LU and
+    Cholesky deadlock once two of them are in flight on a pool of two threads (jax 0.10.2: gencos-case14 hung
+    at 192 envs and more on 2 cores). `pivot`: partial pivoting (each column's largest remaining entry is
+    swapped up; ties to the lower row); without it, for a symmetric positive definite `a` (as stable as
+    Cholesky there, also on the ill-conditioned normal equations of an interior point). A singular `a` gives
+    inf or NaN."""
+    n, vec = a.shape[0], b.ndim == 1
+    m, pos = jnp.concatenate([a, b[:, None] if vec else b], axis=1), jnp.arange(n)[:, None]
+    for i in range(n - 1):
+        if pivot:
+            p = jnp.argmax(jnp.where(pos[:, 0] >= i, jnp.abs(m[:, i]), -1.0))
+            mine, theirs = m[i], jnp.sum(jnp.where(pos == p, m, 0.0), axis=0)   # row p picked by a select
+            m = jnp.where(pos == i, theirs[None, :], jnp.where(pos == p, mine[None, :], m))
+        m = m - jnp.outer(jnp.where(pos[:, 0] > i, m[:, i] / m[i, i], 0.0), m[i])
+    x = jnp.zeros_like(m[:, n:])
+    for i in range(n - 1, -1, -1):
+        x = jnp.where(pos == i, ((m[i, n:] - m[i, :n] @ x) / m[i, i])[None, :], x)
+    return x[:, 0] if vec else x
 
 
 def largest(x, k: int):
@@ -129,7 +141,7 @@ def held_least_norm_step(a, r, x, lo, hi, free, weight, damping):
         aw = af / weight
         gram = jnp.sum(aw[:, None, :] * af[None, :, :], -1)   # not a dot: XLA's CPU batched dot is 20x slower from m = 4
         damp = damping * jnp.trace(gram) / a.shape[0] + jnp.sqrt(jnp.finfo(x.dtype).tiny)
-        return jnp.sum(spd_solve(gram + damp * jnp.eye(a.shape[0], dtype=x.dtype), r)[:, None] * aw, 0)
+        return jnp.sum(small_solve(gram + damp * jnp.eye(a.shape[0], dtype=x.dtype), r, pivot=False)[:, None] * aw, 0)
 
     d = solve(free)
     return solve(free & ~(((x <= lo) & (d < 0)) | ((x >= hi) & (d > 0))))
