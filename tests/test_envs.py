@@ -18,7 +18,7 @@ from evogrid.envs.trans import (
     setpoints_in_band,
     voltage_action,
 )
-from evogrid.utils.jax_utils import batch_reset, batch_step, scan_rollout, split_key_for_envs
+from evogrid.utils.jax_utils import batch_reset, batch_step, reset_key, scan_rollout, split_key_for_envs
 
 CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
                   "tso-case14-real", "dcmg-real"]
@@ -48,9 +48,9 @@ def test_auto_reset_inside_step(task):
         step_key = jax.random.fold_in(key, t)
         obs, state, reward, costs, done, info = step(step_key, state, jnp.zeros(n_act), params)
         assert bool(done) == (t == HORIZON - 1)
-    # done is reported, and the state is already the fresh episode's, reset with a key split off the step key
+    # done is reported, and the state is already the fresh episode's, reset with the step key's reset_key
     assert int(state.time_step) == 0
-    obs_reset, state_reset = reset(jax.random.split(step_key)[1], params)
+    obs_reset, state_reset = reset(reset_key(step_key), params)
     for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(state_reset)):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(obs, obs_reset)

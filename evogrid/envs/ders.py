@@ -38,6 +38,7 @@ from evogrid.envs.environment import money_unit, sanitize_action
 from evogrid.envs.profiles import FORECAST_ERROR, price_days
 from evogrid.envs.spaces import Box
 from evogrid.physics import Battery, as_float, host_setup, battery_step, make_battery
+from evogrid.utils.jax_utils import day_row
 
 
 @struct.dataclass
@@ -63,7 +64,7 @@ class DEREnv(DistGridEnv):
         soc, p_bat, clipped = battery_step(bat, state.soc, action[action.shape[0] - n_bat:] * bat.p_max_mw, dt)
         flow, info = self._solve_feeder(state, action, params, p_inject=p_bat @ params.battery_incidence)
         t = state.time_step
-        price = params.price[state.day, t]
+        price = day_row(params.price, state.day, t)
         dollars = (info["substation_mw"] * price + info["losses_mw"] * params.loss_price
                    + flow["shift_abs_mw"] * params.discomfort_price) * dt
         done = t + 1 >= params.max_steps
@@ -82,7 +83,7 @@ class DEREnv(DistGridEnv):
     def _obs(self, state: DERState, params: DERParams):
         """[DSO observation (|V|, loads, PV availability, time features), SOC (n_bat), price / 100]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
-        return jnp.concatenate([super()._obs(state, params), state.soc, params.price[state.day, t, None] / 100.0])
+        return jnp.concatenate([super()._obs(state, params), state.soc, day_row(params.price, state.day, t)[None] / 100.0])
 
     def observation_space(self, params: DERParams) -> Box:
         n = super().observation_space(params).shape[0] + params.battery_incidence.shape[0] + 1

@@ -46,6 +46,7 @@ from evogrid.physics import (
     backward_forward_sweep,
     make_radial_network,
 )
+from evogrid.utils.jax_utils import day_row, take_rows
 
 
 @struct.dataclass
@@ -103,7 +104,7 @@ class DistGridEnv(Environment):
         return params.load_p.shape[0]
 
     def reset_to_day(self, day, params: DistParams):
-        return params.init_obs[day], jax.tree_util.tree_map(lambda x: x[day], params.init)
+        return take_rows(params.init_obs, day), jax.tree_util.tree_map(lambda x: take_rows(x, day), params.init)
 
     def step_env(self, key, state: DistState, action, params: DistParams):
         action, n_bad = sanitize_action(action)
@@ -133,8 +134,8 @@ class DistGridEnv(Environment):
     def _obs(self, state: DistState, params: DistParams):
         """[|V| (n_bus), loads p.u. (n_bus), PV availability (n_pv), sin, cos time of day, progress]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
-        return jnp.concatenate([state.vm, params.load_p[state.day, t] / params.base_mva,
-                                params.pv_avail[state.day, t], self.time_obs(state, params)])
+        return jnp.concatenate([state.vm, day_row(params.load_p, state.day, t) / params.base_mva,
+                                day_row(params.pv_avail, state.day, t), self.time_obs(state, params)])
 
     def observation_space(self, params: DistParams) -> Box:
         n = 2 * params.load_p.shape[-1] + params.pv_avail.shape[-1] + self.time_obs_size(params)
@@ -145,7 +146,7 @@ class DistGridEnv(Environment):
 
     def grid_view(self, state: DistState, params: DistParams) -> dict:
         t = jnp.clip(state.time_step - 1, 0, params.max_steps - 1)
-        return {"load_mw": jnp.sum(params.load_p[state.day, t]), "vm_pu": state.vm,
+        return {"load_mw": jnp.sum(day_row(params.load_p, state.day, t)), "vm_pu": state.vm,
                 "v_band": jnp.stack([jnp.min(params.v_min), jnp.max(params.v_max)])}
 
     def units(self, params: DistParams) -> dict[str, str]:
@@ -186,8 +187,8 @@ def headroom(params: DistParams, pv_p):
 def interval(state, params: DistParams):
     """The loads (P MW, Q MVAr, [n_bus]) and the PV power available ([n_pv] MW) of the state's interval."""
     t = state.time_step
-    return (params.load_p[state.day, t], params.load_q[state.day, t],
-            params.pv_avail[state.day, t] * params.pv_rating)
+    return (day_row(params.load_p, state.day, t), day_row(params.load_q, state.day, t),
+            day_row(params.pv_avail, state.day, t) * params.pv_rating)
 
 
 def read_observation(obs, params: DistParams) -> dict:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from evogrid.utils.jax_utils import stop_obs_state_gradient, tree_where, uniform_index
+from evogrid.utils.jax_utils import day_row, reset_key, stop_obs_state_gradient, take_rows, tree_where, uniform_index
 
 
 @struct.dataclass
@@ -63,9 +63,9 @@ class Environment:
     def time_obs(self, state, params: EnvParams) -> jnp.ndarray:
         """The observation's tail on every grid task: time of day and progress (3), then the noisy forecast
         of the next steps when the task has one (`profiles.forecast_features`; nothing when F = 0)."""
-        parts = [params.time_features[state.time_step]]
+        parts = [take_rows(params.time_features, state.time_step)]
         if params.forecast is not None:
-            parts.append(params.forecast[state.day, state.time_step])
+            parts.append(day_row(params.forecast, state.day, state.time_step))
         return jnp.concatenate(parts)
 
     def time_obs_size(self, params: EnvParams) -> int:
@@ -78,14 +78,14 @@ class Environment:
         """One transition with auto-reset.
 
         When `done` is True the returned obs/state are those of a fresh episode,
-        reset with a key split off `key` (never the transition key); `done`,
-        `reward`, `costs` and `info` still describe the finished transition.
+        reset with `reset_key(key)` (another stream than the transition's `key`,
+        derived without a hash: `utils.jax_utils.reset_key`); `done`, `reward`,
+        `costs` and `info` still describe the finished transition.
         """
-        key_step, key_reset = jax.random.split(key)
-        return self.step_with_reset_key(key_step, key_reset, state, action, params)
+        return self.step_with_reset_key(key, reset_key(key), state, action, params)
 
     def step_with_reset_key(self, key_step: jax.Array, key_reset: jax.Array, state, action, params):
-        """`step` with its key already split: `step(key, ...) == step_with_reset_key(*jax.random.split(key), ...)`.
+        """`step` with its reset's key given: `step(key, ...) == step_with_reset_key(key, reset_key(key), ...)`.
 
         It is `step_no_reset` followed by `auto_reset`; `evogrid.rollout.collect` makes the
         same two calls with all keys split before its loop.

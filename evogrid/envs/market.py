@@ -33,7 +33,7 @@ from evogrid.envs.profiles import (
 from evogrid.envs.spaces import Box
 from evogrid.physics import as_float, generation_cost, host_setup, make_dc_network, make_gen_cost
 from evogrid.physics.market import DCOPF, dc_opf, make_dcopf, merit_order
-from evogrid.utils.jax_utils import stop_obs_state_gradient
+from evogrid.utils.jax_utils import day_row, stop_obs_state_gradient
 
 
 @struct.dataclass
@@ -88,7 +88,7 @@ class GenCoMarketEnv(Environment):
         action, n_bad = sanitize_action(action)
         markup = 0.5 * (action + 1.0) * params.markup_max             # [n_units]
         offers = params.seg_cost * (1.0 + markup[params.seg_unit])
-        load = params.load[state.day, state.time_step]
+        load = day_row(params.load, state.day, state.time_step)
         g, lmp = self.clear(offers, params, load)
         n_seg = params.seg_cost.shape[0]
         gen, shed = g[:n_seg], g[n_seg:]
@@ -108,7 +108,7 @@ class GenCoMarketEnv(Environment):
     def _obs(self, state: MarketState, params: MarketParams):
         """[load per bus / 100 MW, last prices / 100 $/MWh, sin, cos time of day, progress]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
-        return jnp.concatenate([params.load[state.day, t] / 100.0, state.lmp / 100.0, self.time_obs(state, params)])
+        return jnp.concatenate([day_row(params.load, state.day, t) / 100.0, state.lmp / 100.0, self.time_obs(state, params)])
 
     def observation_space(self, params: MarketParams) -> Box:
         return Box(-jnp.inf, jnp.inf, (2 * params.load.shape[-1] + self.time_obs_size(params),))

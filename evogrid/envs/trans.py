@@ -115,6 +115,7 @@ from evogrid.physics import (
     newton_raphson_q_limits,
     outage_flows,
 )
+from evogrid.utils.jax_utils import day_row, take_rows
 
 ROUNDOFF_ULPS = 4      # the balance and ramp channels ignore the slack's excess below this many ulps of the demand
 FORECAST_STEPS = 8     # intervals of load forecast in the observation by default (4 h at 30 min)
@@ -179,23 +180,23 @@ class TransGridEnv(Environment):
         return params.load_p.shape[0]
 
     def reset_to_day(self, day, params: TransParams):
-        return params.init_obs[day], jax.tree_util.tree_map(lambda x: x[day], params.init)
+        return take_rows(params.init_obs, day), jax.tree_util.tree_map(lambda x: take_rows(x, day), params.init)
 
     def step_env(self, key, state: TransState, action, params: TransParams):
         action, n_bad = sanitize_action(action)
         t = state.time_step
-        load_p = params.load_p[state.day, t]
-        load_q = params.load_q[state.day, t]
+        load_p = day_row(params.load_p, state.day, t)
+        load_q = day_row(params.load_q, state.day, t)
         n_units = params.pmax.shape[0]
         asked, lo, hi = asked_dispatch(action[:n_units], state.pg, params)
         demand = jnp.sum(load_p) + params.dc.gs_total
         if params.ac:   # the control also covers the losses: the last interval's, scaled as the load squared
-            last_load = jnp.sum(params.load_p[state.day, jnp.maximum(t - 1, 0)])
+            last_load = jnp.sum(day_row(params.load_p, state.day, jnp.maximum(t - 1, 0)))
             losses = jnp.sum(state.pg) - last_load - params.dc.gs_total
             demand = demand + losses * (jnp.sum(load_p) / last_load) ** 2
         pg = follow_load(asked, lo, hi, demand)
         vset = voltage_setpoints(action[n_units:], params) if params.voltage_control else params.v_set
-        out = params.outage_schedule[state.day, t]
+        out = day_row(params.outage_schedule, state.day, t)
         rate = params.rate
         if params.n1_rate is not None and out.shape[0]:  # a trip this step: flows within emergency ratings
             rate = jnp.where(_new_outage(params.outage_schedule, state.day, t), params.n1_rate, rate)
@@ -254,14 +255,14 @@ class TransGridEnv(Environment):
         n_bus) and the reactive output of each voltage-controlled bus's units (p.u. of baseMVA, n_vbus)]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
         parts = [
-            params.load_p[state.day, t] * (1.0 / params.base_mva),
+            day_row(params.load_p, state.day, t) * (1.0 / params.base_mva),
             state.pg * params.inv_pmax,
             jnp.abs(state.flow) * params.inv_rate,
             self.time_obs(state, params),
         ]
         if params.outage_schedule.shape[-1]:  # what the operator knows: the lines out in the interval just past
             last = jnp.maximum(state.time_step - 1, 0)
-            out = _outaged(params.outage_schedule[state.day, last], params.rate.shape[0]) & (state.time_step > 0)
+            out = _outaged(day_row(params.outage_schedule, state.day, last), params.rate.shape[0]) & (state.time_step > 0)
             parts.append(1.0 - out.astype(state.pg.dtype))
         if params.ac:
             parts += [state.vm, state.qg * (1.0 / params.base_mva)]
@@ -279,7 +280,7 @@ class TransGridEnv(Environment):
 
     def grid_view(self, state: TransState, params: TransParams) -> dict:
         t = jnp.clip(state.time_step - 1, 0, params.max_steps - 1)  # the interval just dispatched
-        view = {"dispatch_mw": state.pg, "load_mw": jnp.sum(params.load_p[state.day, t]),
+        view = {"dispatch_mw": state.pg, "load_mw": jnp.sum(day_row(params.load_p, state.day, t)),
                 "loading_pct": 100.0 * jnp.abs(state.flow) / params.rate}
         if params.ac:
             view.update(vm_pu=state.vm, v_band=jnp.stack([jnp.min(params.vmin), jnp.max(params.vmax)]))

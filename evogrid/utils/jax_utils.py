@@ -13,7 +13,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from evogrid.rollout import batch_reset, batch_step, scan_rollout, split_key_for_envs  # noqa: F401  (one way: rollout imports nothing from here)
+from evogrid.rollout import batch_reset, batch_step, reset_key, scan_rollout, split_key_for_envs  # noqa: F401  (one way: rollout imports nothing from here)
 
 
 def jit_method(*, static_argnums=(0,), static_argnames=None, donate_argnums=()):
@@ -46,7 +46,7 @@ def uniform_index(key: jax.Array, n: int) -> jax.Array:
     random bits, so reading them costs nothing where `jax.random.randint` would
     run the hash twice more (on CPU each run is a rolled loop; in a per-step
     auto-reset that doubled the step time). Modulo bias is below n / 2**32.
-    Use a fresh split key, never one whose bits were already used this way.
+    Use a fresh split key (or its `reset_key`), never one whose bits were already used this way.
     """
     bits = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
     return (bits.reshape(-1)[-1] % jnp.uint32(n)).astype(jnp.int32)
@@ -115,18 +115,37 @@ def largest(x, k: int):
     return jnp.stack(values), jnp.stack(index)
 
 
+ONE_HOT_ROWS, ONE_HOT_LIMIT = 4096, 2 ** 19   # take_rows: the largest table (rows; rows x row size) picked by a one-hot product
+
+
 def take_rows(table, idx):
-    """table[idx]: the rows `idx` [k] (traced indices) of `table` [n, ...]. On an accelerator, as the product
-    of their one-hot [k, n] with the table at full precision (exact: one 1 per row): a gather at traced
-    indices is slow there (TPU v5e, the security redispatch at 16,384 envs: 1.5-1.8x the time of the
-    product), while on the CPU the gather is the faster. The table must be finite there (0 x NaN is NaN)."""
-    if jax.default_backend() == "cpu":
+    """table[idx]: the rows at traced indices `idx` (any shape) of `table` [n, ...]. On an accelerator, from a
+    table of at most `ONE_HOT_ROWS` rows and `ONE_HOT_LIMIT` entries, as the product of their one-hot [..., n]
+    with the table at full precision (exact: one 1 per row): a gather at traced indices is slow there (TPU v5e,
+    16,384 envs: the security redispatch's row picks took 1.5-1.8x the time of the product; the bare step ran
+    1.5x faster on tso-case14 and 1.1x on tso-case118 with its picks from 3,072-row tables as products, and
+    0.9x on dcmg, whose tables have 18,432 rows of one number). On the CPU, or from a larger table (the one-hot
+    grows with the rows, the product with the size), the gather is the faster. Integer and bool tables: the
+    picked row is a select and a sum. A floating table must be finite (0 x NaN is NaN)."""
+    idx = jnp.asarray(idx)
+    if table.size == 0:   # e.g. no outage slots: nothing to pick
+        return jnp.zeros(idx.shape + table.shape[1:], table.dtype)
+    if jax.default_backend() == "cpu" or table.shape[0] > ONE_HOT_ROWS or table.size > ONE_HOT_LIMIT:
         return table[idx]
-    if table.dtype == jnp.bool_:
-        return take_rows(table.astype(jnp.float32), idx) > 0.5
-    hot = (idx[:, None] == jnp.arange(table.shape[0])[None, :]).astype(table.dtype)
-    flat = jnp.dot(hot, table.reshape(table.shape[0], -1), precision=jax.lax.Precision.HIGHEST)
+    hot = idx[..., None] == jnp.arange(table.shape[0])
+    rows = table.reshape(table.shape[0], -1)
+    if jnp.issubdtype(table.dtype, jnp.floating):
+        flat = jnp.dot(hot.reshape(-1, rows.shape[0]).astype(table.dtype), rows, precision=jax.lax.Precision.HIGHEST)
+    else:   # integers and bools: the selected row summed (exact)
+        flat = jnp.sum(jnp.where(hot.reshape(-1, rows.shape[0], 1), rows, jnp.zeros((), table.dtype)), axis=1, dtype=table.dtype)
     return flat.reshape(idx.shape + table.shape[1:])
+
+
+def day_row(table, day, t):
+    """table[day, t] of a [n_days, T, ...] table (a task's loads, prices, forecasts) at traced `day` and step
+    `t`, as one row pick (`take_rows`) of the table seen as [n_days x T, ...]."""
+    n_days, steps = table.shape[:2]
+    return take_rows(table.reshape((n_days * steps,) + table.shape[2:]), day * steps + t)
 
 
 def held_least_norm_step(a, r, x, lo, hi, free, weight, damping):
