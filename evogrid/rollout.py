@@ -5,10 +5,11 @@
 action was chosen on, the true next observation (before any reset), and whether the episode
 ended by termination (no bootstrap) or by the time limit `params.max_steps` (truncation:
 bootstrap from `next_obs`). With `reset=True` finished episodes restart inside the loop
-(`env.auto_reset`, the same reset as `env.step` performs, with the step key's `reset_key`); with `reset=False` the loop never resets, which is what fixed-horizon fitness and
-evaluation rollouts want (under vmap an auto-reset evaluates a reset on every step). A
-`fold(acc, transition) -> acc` reduces transitions on the fly (episode returns, observation
-moments) without stacking them. Unused outputs are dropped by XLA.
+(`env.auto_reset`, the same reset as `env.step` performs, with the step key's `reset_key`); with
+`reset=False` the loop never resets, which is what fixed-horizon fitness and evaluation rollouts
+want (under vmap an auto-reset evaluates a reset on every step). A `fold(acc, transition) -> acc`
+reduces transitions on the fly (episode returns, observation moments) without stacking them. Unused
+outputs are dropped by XLA.
 
 Built on it: `rollout` (episode metrics of a policy from a fresh reset: EC fitness and
 evaluation), `EpisodeStats`/`track_episodes` (running returns of a continuing batch: PPO, TD3,

@@ -163,8 +163,8 @@ class DCMicrogridEnv(Environment):
         sin, cos time of day, progress]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
         d = state.day
-        head = jnp.stack([day_row(params.it_arrival, d, t), day_row(params.pv_avail, d, t), day_row(params.price, d, t) / 100.0, state.soc[0],
-                          (state.temp - params.t_limit) / 10.0])
+        head = jnp.stack([day_row(params.it_arrival, d, t), day_row(params.pv_avail, d, t),
+                          day_row(params.price, d, t) / 100.0, state.soc[0], (state.temp - params.t_limit) / 10.0])
         return jnp.concatenate([head, state.queue, self.time_obs(state, params)])
 
     def observation_space(self, params: DCMGParams) -> Box:

@@ -333,7 +333,7 @@ def forecast_bus_loads(load_mw, forecast_mw):
 
 def _new_outage(schedule, day, t):
     """Whether step t of `day` brings an outage not in force at step t-1 (a trip; step 0: any outage)."""
-    out, before = schedule[day, t], schedule[day, jnp.maximum(t - 1, 0)]
+    out, before = day_row(schedule, day, t), day_row(schedule, day, jnp.maximum(t - 1, 0))
     before = jnp.where(t > 0, before, -1)
     return jnp.any((out >= 0) & ~jnp.any(out[:, None] == before[None, :], axis=1))
 

@@ -68,7 +68,8 @@ def make_dcopf(ptdf: np.ndarray, f0: np.ndarray, rate: np.ndarray, seg_bus: np.n
 def _newton(lp, point, rl, ru):
     """Newton direction of the box LP's KKT system at `point` = (z, w, y, s, v), w = u - z, toward
     complementarity z s -> z s + rl, w v -> w v + ru: the normal equations A D^-1 A' dy = r with
-    D = s / z + v / w (m x m, m = rows, by an unrolled elimination, `small_solve`; a ridge, even of 100 eps per row, costs float32 its accuracy)."""
+    D = s / z + v / w (m x m, m = rows, by an unrolled elimination, `small_solve`; a ridge, even of 100 eps per
+    row, costs float32 its accuracy)."""
     c, a, b, _ = lp
     z, w, y, s, v = point
     d = s / z + v / w
