@@ -20,6 +20,10 @@ Parts:
          then the wall time per generation after it and the share of it spent in the compiled calls (results
          pulled to the host included), and the process's peak host memory (with what was resident once the
          device was opened: a TPU runtime holds ~13 GiB of host memory from then on).
+  fits   the largest batch each task's programs fit in the device's memory (`utils.memory`: the program compiled
+         at `--probe` and twice that, its need extended along the line; nothing is allocated): the `evogrid train`
+         population (its defaults: Open_ES, 4 episodes per member, the layer on) and the envs of the rollout
+         above. EVOGRID_DEVICE_MEMORY stands in for a device that does not say (a CPU).
   audit  the optimised program the device compiles for a task's rollout: every matrix product (dot,
          convolution) with the precision the compiler gave it and the source line it came from; any that
          runs at the default (on a TPU: bfloat16 passes) is the physics losing digits.
@@ -127,6 +131,27 @@ def ec_seconds(task: str, pop: int, safety: str, repeats: int) -> tuple[float, f
     return time_steps(wf, repeats)
 
 
+def largest(task: str, probe: int) -> tuple[int, int, float]:
+    """(largest `evogrid train` population, largest rollout env batch, MiB per 1,000 population members) that
+    fit the device's memory (see `fits` in the module docstring)."""
+    from evogrid.utils.memory import device_memory, largest_batch, memory_line, program_bytes
+    from evogrid.workflows.registry import build
+
+    limit = device_memory()
+    env, params = task_env(task, False)
+
+    def pop_bytes(n):
+        _, wf = build({"task": task, "pop_size": n}, env, params)
+        return program_bytes(type(wf).step.lower(wf, wf.state_template()))
+
+    def env_bytes(n):
+        return program_bytes(build_rollout(env, params, n).lower(jax.random.key(0), params))
+
+    fixed, per = memory_line(pop_bytes, probe)
+    pop = largest_batch(fixed, per, limit, 2 * jax.device_count())
+    return pop, largest_batch(*memory_line(env_bytes, probe), limit), per * 1000 / 2**20
+
+
 def train_loop(task: str, pop: int, generations: int, checkpoint_every: int) -> tuple[float, float, float]:
     """(first call s, post-compile s per generation, share of it in the compiled calls) of `learn` with a run
     directory, as `evogrid train --pop` runs it."""
@@ -177,7 +202,7 @@ def resident_gib() -> float:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="small sizes (any machine)")
-    ap.add_argument("--parts", default="envs,agree,ec", help="comma-separated: envs, agree, ec, audit")
+    ap.add_argument("--parts", default="envs,agree,ec", help="comma-separated: envs, agree, ec, train, fits, audit")
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--sizes", default=None, help="env batch sizes (default 1024,16384; smoke 16)")
     ap.add_argument("--pops", default=None, help="ECWorkflow populations (default 1024,4096,16384; smoke 16)")
@@ -187,6 +212,7 @@ def main(argv=None):
     ap.add_argument("--checkpoint-every", type=int, default=20, help="train part: as `evogrid train` (default 20)")
     ap.add_argument("--layers", choices=("both", "off", "on"), default="both",
                     help="envs/agree parts: the bare env, the env behind its layer, or both (default)")
+    ap.add_argument("--probe", type=int, default=64, help="fits part: the smaller batch compiled (default 64)")
     ap.add_argument("--budget", type=float, default=20.0, help="skip a task's larger sizes once one call takes this many s")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -242,6 +268,19 @@ def main(argv=None):
                 say(f"| {task} | {pop:,} | {first:.1f} | {per_gen:.4f} | {share:.0%} |")
         say(f"peak host memory: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} GiB "
             f"({opened:.1f} GiB resident once the device was opened, before any task was built)")
+    if "fits" in parts:
+        from evogrid.utils.memory import device_memory
+
+        if device_memory() is None:
+            say("\nfits: the device does not say how much memory it holds; set EVOGRID_DEVICE_MEMORY (e.g. 16GiB)")
+        else:
+            say(f"\nfits in {device_memory() / 2**30:.1f} GiB of device memory:")
+            say("| task | largest `evogrid train` population (4 episodes, layer on) | MiB per 1,000 members "
+                "| largest rollout env batch |")
+            say("|---|---|---|---|")
+            for task in tasks:
+                pop, envs, per = largest(task, args.probe)
+                say(f"| {task} | {pop:,} | {per:,.0f} | {envs:,} |")
     if "audit" in parts:
         for task in tasks:
             say(f"\n{task}: matrix products of the compiled rollout ({sizes[0]} envs)")

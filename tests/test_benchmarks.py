@@ -1,4 +1,6 @@
 """Benchmark scripts run on any machine at small sizes (their own smoke tests)."""
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_accelerator_benchmark_smoke_runs_on_cpu():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "accelerator.py"), "--smoke", "--repeats", "1",
-                          "--tasks", "tso-case5", "--parts", "envs,agree,audit,train"],
-                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+                          "--tasks", "tso-case5", "--parts", "envs,agree,audit,train,fits"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT,
+                         env={**os.environ, "EVOGRID_DEVICE_MEMORY": "2GiB"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("# CPU")
     assert "| tso-case5 | on | 16 | " in out.stdout and "| tso-case5 | off | 16 | " in out.stdout
@@ -20,6 +23,10 @@ def test_accelerator_benchmark_smoke_runs_on_cpu():
     assert "| tso-case5 | on | 0.0e+00 | 0 / 12 | - |" in out.stdout
     assert "| dot | highest,highest |" in out.stdout   # the audit lists the DC flows' products
     assert "| tso-case5 | 16 | " in out.stdout and "peak host memory:" in out.stdout   # the train loop's row
+    # the largest population and env batch in 2 GiB: the population's need per member times it fills what fits
+    row = re.search(r"\| tso-case5 \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \|", out.stdout)
+    pop, per_1000, envs = (int(g.replace(",", "")) for g in row.groups())
+    assert 0 < pop * per_1000 / 1000 <= 2048 and pop % 2 == 0 and envs > 0
 
 
 @pytest.mark.slow

@@ -52,20 +52,30 @@ def check_batch(bytes_at, batch: int, limit: int, what: str, context: str = "", 
     at most 2 * SMALLEST is not checked. `what` names the batch as the user set it (e.g. "--pop"), `context`
     follows it in the message; every batch asked and named is a multiple of `multiple`."""
     n1 = max(SMALLEST, batch // 16) // multiple * multiple
-    n2 = 2 * n1
-    if n2 >= batch:
+    if 2 * n1 >= batch:
         return
-    b1, b2 = bytes_at(n1), bytes_at(n2)
-    per = max((b2 - b1) / (n2 - n1), 1.0)
-    fixed = b1 - per * n1
+    fixed, per = memory_line(bytes_at, n1)
     need = fixed + per * batch
     if need <= limit:
         return
-    fits = max(int((HEADROOM * limit - fixed) // per) // multiple * multiple, 0)
+    fits = largest_batch(fixed, per, limit, multiple)
     hint = (f"the largest {what} that fits is about {fits:,}" if fits >= 1
             else "not even 1 fits (the shared data alone is too large)")
     raise ValueError(f"{what} {batch:,}{context} needs about {_size(need)} of device memory and the device holds "
                      f"{_size(limit)}: {hint}")
+
+
+def memory_line(bytes_at, n1: int) -> tuple[float, float]:
+    """(fixed bytes, bytes per member) of a program: the line through its need at `n1` and `2 * n1` members."""
+    b1, b2 = bytes_at(n1), bytes_at(2 * n1)
+    per = max((b2 - b1) / n1, 1.0)
+    return b1 - per * n1, per
+
+
+def largest_batch(fixed: float, per: float, limit: int, multiple: int = 1) -> int:
+    """The largest multiple of `multiple` members whose need on `memory_line` stays within HEADROOM of
+    `limit` (0 where not one fits)."""
+    return max(int((HEADROOM * limit - fixed) // per) // multiple * multiple, 0)
 
 
 def _size(n: float) -> str:
