@@ -87,6 +87,58 @@ def test_limits_bind_in_the_oracle_schedule(task, line, ramp, myopic_gap):
     assert s["myopic_gap_pct"] >= myopic_gap
 
 
+@pytest.mark.parametrize("task", ["tso-case14", "tso-case14-n1"])
+def test_the_line_rows_are_built_from_the_watched_pairs_alone(task):
+    """The QP's line rows come from the watched (step, line) pairs only (`tso.step_rows`), not picked from every
+    pair's rows (those of 9241pegase, 48 steps x 16,049 lines x 1,445 units, would need 13 GB first: its oracle
+    was killed for memory at 24 GB). They are the full problem's rows, in its order, on the intact grid and on
+    each step's grid under its outages (-n1); the other rows are untouched."""
+    import scipy.sparse as sp
+
+    from evogrid.baselines.tso import _Problem
+
+    _, params = make(task, split="train", n_days=4)
+    prob = _Problem(params)
+    T = 6
+    load, start = prob.load[1][:T], prob.start[1]
+    grids = prob.step_grids(1, range(T)) if prob.isf is not None else None
+    n_lim = prob.gen_ptdf.shape[0]
+    watch = np.random.default_rng(0).random((T, n_lim)) < 0.3
+    every = prob.build(load, start, grids=grids)[1]           # every pair's rows, then the watched ones picked
+    picked = prob.build(load, start, grids=grids, watch=watch)[1]
+    keep = np.flatnonzero(watch.ravel())
+    lines = every[T:T + T * n_lim][keep]   # (after the T balance rows)
+    np.testing.assert_array_equal(picked[T:T + keep.size].toarray(), lines.toarray())
+    np.testing.assert_array_equal(picked[T + keep.size:].toarray(), every[T + T * n_lim:].toarray())
+    if grids is None:   # and they are the Kronecker product of the steps and the units' flow sensitivities
+        kron = sp.kron(sp.identity(T), sp.csr_matrix(prob.gen_ptdf)).tocsr()[keep]
+        np.testing.assert_array_equal(picked[T:T + keep.size].toarray(), kron.toarray())
+    assert picked.shape == (every.shape[0] - T * n_lim + keep.size, every.shape[1])
+
+
+def test_one_watched_line_costs_one_row_of_memory():
+    """The memory half of the test above, where it shows (tso-case118, 48 steps): building the day's QP with
+    one watched (step, line) pair allocates far less than every pair's rows would take (tracemalloc sees
+    NumPy's and SciPy's arrays)."""
+    import tracemalloc
+
+    from evogrid.baselines.tso import _Problem
+
+    _, params = make("tso-case118", split="train", n_days=4)
+    prob = _Problem(params)
+    load, start = prob.load[1], prob.start[1]
+    T, n_lim = load.shape[0], prob.gen_ptdf.shape[0]
+    one = np.zeros((T, n_lim), bool)
+    one[2, 3] = True
+    tracemalloc.start()
+    A = prob.build(load, start, watch=one)[1]
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    every_row = 12 * T * n_lim * prob.n_units   # bytes of all pairs' rows (a value and a column index an entry)
+    assert peak < every_row / 4, peak
+    assert A.shape[0] == prob.build(load, start, watch=~np.ones_like(one))[1].shape[0] + 1   # one line row more
+
+
 def test_an_infeasible_day_is_reported_as_infeasible_not_as_a_number():
     """Loads at 2x the fleet's capacity on one step: no schedule exists."""
     with jax.enable_x64(True):

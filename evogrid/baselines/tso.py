@@ -51,6 +51,17 @@ class DaySchedule:
     seconds: float | None = None       # wall time of the day's solve (every constraint-generation round), where timed
 
 
+def step_rows(coef, steps, T: int):
+    """Sparse rows over a T-step dispatch (step-major, G units a step): row i holds `coef[i]` [G] at the
+    units of step `steps[i]` (a line's flow per MW of each unit, or an N-1 row). Built from the rows asked
+    only: the rows of every (step, line) pair of 9241pegase would be 1.1 billion entries."""
+    n, G = coef.shape
+    cols = np.asarray(steps)[:, None] * G + np.arange(G)
+    rows = sp.csr_matrix((coef.ravel(), cols.ravel(), np.arange(n + 1) * G), shape=(n, T * G))
+    rows.eliminate_zeros()
+    return rows
+
+
 class _Problem:
     """The numeric data of a `TransParams` (DC), in float64 NumPy."""
 
@@ -197,16 +208,18 @@ class _Problem:
         demand = load.sum(1) + self.shunt
         add(sp.kron(eye_t, np.ones((1, G))), None, demand, demand)                                   # balance
         rate = self.step_rates(grids, T).ravel()
+        n_lim = self.gen_ptdf.shape[0]
+        keep = np.arange(T * n_lim) if watch is None else np.flatnonzero(watch.ravel())   # (step, line) rows
+        steps, line = np.divmod(keep, n_lim)
         if grids is None:
             base = (self.flow0[None] - load @ self.ptdf.T).ravel()                                   # [T * n_lim]
-            lines = sp.kron(eye_t, sp.csr_matrix(self.gen_ptdf))
-        else:  # each step's own grid (outages): block-diagonal rows
+            coef = self.gen_ptdf[line]
+        else:  # each step's own grid (outages)
             lim = self.limited
             base = np.concatenate([f0[lim] - ptdf[lim] @ load[t] for t, (ptdf, f0, *_) in enumerate(grids)])
-            lines = sp.block_diag([sp.csr_matrix(ptdf[lim] @ self.gen_inc.T) for ptdf, *_ in grids], format="csr")
-        if watch is not None:
-            keep = np.flatnonzero(watch.ravel())
-            lines, base, rate = sp.csr_matrix(lines)[keep], base[keep], rate[keep]
+            gen = [ptdf[lim] @ self.gen_inc.T for ptdf, *_ in grids]                                # [n_lim, G] a step
+            coef = np.array([gen[t][i] for t, i in zip(steps, line)]).reshape(-1, G)
+        lines, base, rate = step_rows(coef, steps, T), base[keep], rate[keep]
         n_line = lines.shape[0]
         # ramp rows pg[t] - pg[t-1] for t >= 1; the first step's ramp limit is a bound on pg[0] (HiGHS's QP
         # solver can cycle on singleton rows, measured on case14)
@@ -226,9 +239,7 @@ class _Problem:
             slope = sp.csr_matrix(np.eye(G)[pwl[real]] * -self.slope[pwl[real], s][:, None])
             add(sp.kron(eye_t, slope), sp.kron(eye_t, pick), np.tile(self.intercept[pwl[real], s], T), np.inf)
         if extra:
-            rows = sp.csr_matrix((np.concatenate([r[1] for r in extra]),
-                                  (np.repeat(np.arange(len(extra)), G), np.concatenate([t * G + np.arange(G) for t, *_ in extra]))),
-                                 shape=(len(extra), T * G))
+            rows = step_rows(np.stack([r[1] for r in extra]), np.array([r[0] for r in extra]), T)
             add(rows, None, np.array([r[2] for r in extra]), np.array([r[3] for r in extra]))
         A = sp.vstack(blocks, format="csr")
         lo, up = np.concatenate(lo), np.concatenate(up)
