@@ -48,6 +48,30 @@ def test_dc_power_flow_at_real_size_matches_pypower(name, dtype, tol_mw):
 
 
 @pytest.mark.slow
+def test_the_env_flows_at_real_size_match_pypower():
+    """tso-case1354pegase stepped in float64 from a random action: the dispatch it applied, given to PYPOWER's
+    rundcpf with the interval's loads, gives its flows to 1e-6 MW (the loads' share of the flows computed on
+    the host by sparse solves when the task is made, the units' share one product a step)."""
+    from pypower.api import rundcpf
+
+    from evogrid.case.matpower import PD, PG
+
+    case = load_case("1354pegase")
+    with jax.enable_x64(True):
+        env, params = make("tso-case1354pegase", n_days=2, split="all")
+        _, state = env.reset_to_day(1, params)
+        action = jax.random.uniform(jax.random.key(0), (case.n_units,), minval=-1, maxval=1)
+        _, state, _, _, _, info = jax.jit(env.step_env)(jax.random.key(0), state, action, params)
+        ppc = ppc_of(case)
+        ppc["bus"][:, PD] = np.asarray(params.load_p[1, 0])
+        ppc["gen"][:, PG] = np.asarray(info["dispatch_mw"])
+        ref, ok = rundcpf(ppc, pypower_opts())
+        assert ok
+        np.testing.assert_allclose(np.asarray(state.flow), ref["branch"][:, PF], atol=1e-6)
+        np.testing.assert_allclose(np.asarray(state.pg), ref["gen"][:, PG], atol=1e-6)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name, layer", [("2000goc", True), ("9241pegase", False)])
 def test_a_grid_of_real_size_builds_and_steps(name, layer):
     """Bare and behind the security redispatch on 2000goc (about 7 s on 2 CPU cores); bare on 9241pegase (about

@@ -15,7 +15,8 @@ from evogrid.envs import (
     make_dist_params,
     make_trans_params,
 )
-from evogrid.envs.trans import _dc_flows, dispatch_action, ramp_window
+from evogrid.envs.trans import dispatch_action, ramp_window
+from evogrid.physics import dc_line_flows
 from evogrid.safety import (
     Shielded,
     ShieldedState,
@@ -108,8 +109,9 @@ def test_security_redispatch_is_the_nearest_dispatch_within_the_ratings(ramp_per
         np.testing.assert_allclose(np.sum(new.pg), np.sum(asked.pg), rtol=1e-12)
         lo, hi = (np.asarray(x) for x in ramp_window(state.pg, params))
         assert np.all(np.asarray(new.pg) >= lo - 1e-9) and np.all(np.asarray(new.pg) <= hi + 1e-9)
-        sens = np.asarray(layer.gen_ptdf)
-        flows = lambda pg: _dc_flows(pg, params.load_p[0, 0], params, jnp.zeros(0, jnp.int32))[0]  # noqa: E731
+        sens = np.asarray(layer.grid.gen_ptdf)
+        inject = lambda pg: (pg * (1.0 - params.slack)) @ params.gen_incidence - params.load_p[0, 0]  # noqa: E731
+        flows = lambda pg: dc_line_flows(params.dc, inject(pg))[0]  # noqa: E731  (the whole PTDF's product)
         np.testing.assert_allclose(sens, np.asarray(jax.jacfwd(flows)(params.pmin)), atol=1e-12)  # the flow map's Jacobian
         offset = np.asarray(asked.flow) - sens @ np.asarray(asked.pg)
         np.testing.assert_allclose(sens @ np.asarray(new.pg) + offset, np.asarray(new.flow), atol=1e-9)  # affine, as assumed

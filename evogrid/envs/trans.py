@@ -106,6 +106,7 @@ from evogrid.physics import (
     dc_line_flows,
     generation_cost,
     host_setup,
+    injection_flows,
     make_ac_network,
     make_chord_q_limits,
     make_dc_network,
@@ -150,6 +151,8 @@ class TransParams(EnvParams):
     reward_scale: jnp.ndarray = None
     cost: GenCost = None
     dc: DCNetwork = None
+    gen_ptdf: jnp.ndarray = None   # [n_branch, n_units] MW of flow per MW of each unit (0 for the slack and at the reference bus)
+    load_flow: jnp.ndarray = None  # [n_days, max_steps, n_branch] MW the DC flows of the loads alone, flow0 included
     acn: ACNetwork | None = None
     ac_chord: ChordQLimits | None = None  # the chord method's fixed matrices at the case's base point (None: full Newton)
     init: TransState = None        # [n_days] cached start-of-day states (see make_trans_params)
@@ -200,10 +203,11 @@ class TransGridEnv(Environment):
         rate = params.rate
         if params.n1_rate is not None and out.shape[0]:  # a trip this step: flows within emergency ratings
             rate = jnp.where(_new_outage(params.outage_schedule, state.day, t), params.n1_rate, rate)
-        solved = _solve(pg, vset, load_p, load_q, state, params, out)
+        load_flow = day_row(params.load_flow, state.day, t)
+        solved = _solve(pg, vset, load_p, load_q, load_flow, state, params, out)
         if params.ac:   # the control then shares what the estimate missed (the slack's excess) and the grid settles
             pg = follow_load(pg, lo, hi, jnp.sum(solved[0]))
-            solved = _solve(pg, vset, load_p, load_q, state.replace(vm=solved[2], va=solved[3]), params, out)
+            solved = _solve(pg, vset, load_p, load_q, load_flow, state.replace(vm=solved[2], va=solved[3]), params, out)
         pg, flow, vm, va, qg, extra = solved
 
         # every unit, the slack included, is charged its cost curve at its actual output, also outside
@@ -405,14 +409,21 @@ def follow_load(pg, lo, hi, demand):
     return pg + jnp.sign(miss) * share * room
 
 
-def _dc_flows(pg, load_p, params: TransParams, out):
-    """DC flows of dispatch `pg` (its slack entry ignored: the slack balances) with the branches `out` out
-    of service. Returns (flow [n_branch] MW, slack output MW, islanded)."""
-    p_bus = (pg * (1.0 - params.slack)) @ params.gen_incidence - load_p
-    flow, p_ref = dc_line_flows(params.dc, p_bus)
-    ps = p_ref - jnp.sum(p_bus * params.dc.ref_mask)
+def _dc_flows(pg, load_p, load_flow, params: TransParams, out):
+    """DC flows of dispatch `pg` (its slack entry ignored: the slack balances) at loads `load_p` [n_bus] MW,
+    whose flows alone are `load_flow` [n_branch] (`load_flows`), with the branches `out` out of service: the
+    units' share is one [n_branch, n_units] product (at 9,241 buses a seventh of the whole PTDF's).
+    Returns (flow [n_branch] MW, slack output MW, islanded)."""
+    others = pg * (1.0 - params.slack)
+    flow = params.gen_ptdf @ others + load_flow
+    ps = params.dc.gs_total + jnp.sum(load_p) - jnp.sum(others)
     post, islanded = (outage_flows(params.outages, flow, out) if out.shape[0] else (flow, jnp.asarray(False)))
     return post, ps, islanded
+
+
+def load_flows(load_p, dc: DCNetwork):
+    """The DC flows [..., n_branch] MW of the loads `load_p` [..., n_bus] alone (the units at zero, flow0 included)."""
+    return dc_line_flows(dc, -load_p)[0]
 
 
 def voltage_setpoints(action, params: TransParams):
@@ -426,14 +437,14 @@ def voltage_action(params: TransParams, vm):
     return jnp.clip(2.0 * (jnp.asarray(vm) - params.v_lo) / jnp.where(span > 0, span, 1.0) - 1.0, -1.0, 1.0)
 
 
-def _solve(pg, vset, load_p, load_q, state, params: TransParams, out):
+def _solve(pg, vset, load_p, load_q, load_flow, state, params: TransParams, out):
     """Power flow for a dispatch whose slack entry is to be determined, with the branches `out` out of
-    service (DC), or (AC) the voltage-controlled buses held at `vset` [n_vbus]. Returns (pg, flow, vm, va,
-    qg [n_vbus] MVAr, extra)."""
+    service (DC: `load_flow` the loads' flows, `_dc_flows`), or (AC) the voltage-controlled buses held at
+    `vset` [n_vbus]. Returns (pg, flow, vm, va, qg [n_vbus] MVAr, extra)."""
     others = pg * (1.0 - params.slack)
     one = jnp.asarray(1.0, pg.dtype)
     if not params.ac:
-        post, ps, islanded = _dc_flows(pg, load_p, params, out)
+        post, ps, islanded = _dc_flows(pg, load_p, load_flow, params, out)
         extra = {"converged": one, "islanded": islanded.astype(pg.dtype)}
         return others + ps * params.slack, post, state.vm, state.va, state.qg, extra
     gen_p = others @ params.gen_incidence
@@ -598,6 +609,9 @@ def make_trans_params(case: Case | str, max_steps: int = 48, delta_t_hours: floa
         gen_bus=jnp.asarray(case.gen_bus), gen_incidence=as_float(np.eye(case.n_bus)[case.gen_bus]), slack=as_float(slack), reward_scale=as_float(reward_scale),
         cost=make_gen_cost(case), dc=make_dc_network(case), acn=make_ac_network(case) if ac else None,
     )
+    at_units = np.asarray(params.dc.ptdf)[:, case.gen_bus] * ((1.0 - slack) * (case.gen_bus != case.ref_bus))
+    params = params.replace(gen_ptdf=as_float(at_units),
+                            load_flow=as_float(injection_flows(case, -load_p) + np.asarray(params.dc.flow0)))
     if enforce_q_limits:
         q_min, q_max = np.zeros(case.n_bus), np.zeros(case.n_bus)
         np.add.at(q_min, case.gen_bus, gen[:, QMIN])
@@ -638,7 +652,7 @@ def _base_case_chord(case: Case, acn: ACNetwork) -> ChordQLimits:
     return make_chord_q_limits(acn, v)
 
 
-def _day_start(pg, load_p, load_q, out, params: TransParams) -> TransState:
+def _day_start(pg, load_p, load_q, load_flow, out, params: TransParams) -> TransState:
     """One day's start state: the power flow of dispatch `pg` at the first interval's loads."""
     empty = jnp.zeros(0, pg.dtype)
     start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=jnp.zeros_like(params.rate),
@@ -647,16 +661,17 @@ def _day_start(pg, load_p, load_q, out, params: TransParams) -> TransState:
                        qg=jnp.zeros_like(params.v_set) if params.ac else empty)
     # a cold start: full Newton (set-up cost only), not the warm-started steps' method
     params_cold = params.replace(ac_iters=10, ac_chord=None) if params.ac else params
-    pg, flow, vm, va, qg, _ = _solve(pg, params.v_set, load_p, load_q, start, params_cold, out)
+    pg, flow, vm, va, qg, _ = _solve(pg, params.v_set, load_p, load_q, load_flow, start, params_cold, out)
     return start.replace(pg=pg, flow=flow, vm=vm, va=va, qg=qg)
 
 
 # module-level, so that every `make` of the same task and split reuses the compiled set-up
-_day_starts = jax.jit(jax.vmap(_day_start, in_axes=(0, 0, 0, 0, None)))
+_day_starts = jax.jit(jax.vmap(_day_start, in_axes=(0, 0, 0, 0, 0, None)))
 _day_obs = jax.jit(jax.vmap(TransGridEnv()._obs, in_axes=(0, None)))
 
 
 def _initial_states(params: TransParams, start_pg) -> TransState:
     """Start-of-day states [n_days] from the start dispatch [n_days, n_units] and its power flow."""
-    states = _day_starts(as_float(start_pg), params.load_p[:, 0], params.load_q[:, 0], params.outage_schedule[:, 0], params)
+    states = _day_starts(as_float(start_pg), params.load_p[:, 0], params.load_q[:, 0], params.load_flow[:, 0],
+                         params.outage_schedule[:, 0], params)
     return states.replace(day=jnp.arange(params.load_p.shape[0], dtype=jnp.int32))

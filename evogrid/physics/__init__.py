@@ -24,7 +24,7 @@ from evogrid.physics.cost import (
     generation_cost,
     make_gen_cost,
 )
-from evogrid.physics.dc import DCNetwork, dc_line_flows, dc_power_flow, make_dc_network
+from evogrid.physics.dc import DCNetwork, dc_line_flows, dc_power_flow, injection_flows, make_dc_network
 from evogrid.physics.radial import (
     RadialNetwork,
     backward_forward_sweep,
@@ -41,7 +41,7 @@ from evogrid.physics.security import (
 
 __all__ = [
     "ACNetwork", "Battery", "as_float", "host_float64", "host_setup", "to_compute", "DCNetwork", "GenCost", "OutageModel", "RadialNetwork",
-    "backward_forward_sweep", "battery_limits", "battery_step", "branch_flows", "bus_injections", "contingency_flows", "dc_line_flows", "dc_power_flow", "economic_dispatch", "generation_cost", "jacobian", "lodf",
+    "backward_forward_sweep", "battery_limits", "battery_step", "branch_flows", "bus_injections", "contingency_flows", "dc_line_flows", "dc_power_flow", "economic_dispatch", "generation_cost", "injection_flows", "jacobian", "lodf",
     "make_ac_network", "make_battery", "make_dc_network", "make_gen_cost", "make_outage_model", "make_radial_network", "n1_flows",
     "newton_raphson", "newton_raphson_q_limits", "chord_q_limits", "make_chord_q_limits", "ChordQLimits", "outage_flows",
 ]

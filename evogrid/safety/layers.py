@@ -54,6 +54,7 @@ from evogrid.envs.trans import (
     dispatch_action,
     follow_load,
     forecast_bus_loads,
+    load_flows,
     read_observation,
     voltage_action,
     voltage_setpoints,
@@ -80,7 +81,7 @@ from evogrid.safety.voltage import (
 from evogrid.utils.jax_utils import tree_where
 
 SAFETY_CHOICES = ("auto", "on", "off")  # the `safety` config field: auto = on where the task has a layer
-_SERIES = ("load_p", "load_q", "pv_avail", "forecast", "init", "init_obs", "outage_schedule", "price")
+_SERIES = ("load_p", "load_q", "load_flow", "pv_avail", "forecast", "init", "init_obs", "outage_schedule", "price")
 
 
 def _grid_only(params):
@@ -93,7 +94,6 @@ class RedispatchLayer:
     """The transmission security redispatch, fed by the observation (see the module docstring)."""
 
     grid: TransParams            # the task's params less its time series
-    gen_ptdf: jnp.ndarray        # [n_branch, n_units] MW of flow per MW of each unit's output (the slack balancing)
     forecast_steps: int = struct.field(pytree_node=False, default=0)   # F: forecast entries in the observation
     outage_slots: int = struct.field(pytree_node=False, default=0)     # lines out at once the task can have (0: none)
     iters: int = struct.field(pytree_node=False, default=SECURE_ITERS)
@@ -110,11 +110,11 @@ class RedispatchLayer:
         asked, lo, hi = asked_dispatch(action, prev, g)
         demand = jnp.sum(load_p) + g.dc.gs_total
         pg = follow_load(asked, lo, hi, demand)
-        out, sens = jnp.zeros(0, jnp.int32), self.gen_ptdf
+        out, sens = jnp.zeros(0, jnp.int32), g.gen_ptdf
         if self.outage_slots:   # the lines the observation shows out of service in the interval just past
             out = jnp.nonzero(seen["line_out"], size=self.outage_slots, fill_value=-1)[0].astype(jnp.int32)
             sens = jax.vmap(lambda col: outage_flows(g.outages, col, out)[0], 1, 1)(sens)
-        flows_at = lambda x, load: _dc_flows(x, load, g, out)[0]  # noqa: E731
+        flows_at = lambda x, load: _dc_flows(x, load, load_flows(load, g.dc), g, out)[0]  # noqa: E731
         ahead = peak = None
         if self.lookahead:
             steps = t + 1 + jnp.arange(self.lookahead)
@@ -149,12 +149,7 @@ def redispatch_layer(params: TransParams, iters: int = SECURE_ITERS, lookahead: 
         plan_peak = bool(lookahead) and n_units <= PEAK_PLAN_UNITS and not slots and params.contingencies is None
     if plan_peak and not lookahead:
         raise ValueError("plan_peak needs the look-ahead (a forecast in the observation and lookahead > 0)")
-    dc = params.dc
-    # column i: the flows when unit i injects 1 MW that the slack takes back (`_dc_flows`' Jacobian)
-    inject = (np.asarray(params.gen_incidence) * (1.0 - np.asarray(params.slack))[:, None]
-              * (1.0 - np.asarray(dc.ref_mask))[None, :])
-    gen_ptdf = jnp.asarray(np.asarray(dc.ptdf) @ inject.T, params.pmax.dtype)
-    return RedispatchLayer(grid=_grid_only(params), gen_ptdf=gen_ptdf,
+    return RedispatchLayer(grid=_grid_only(params),
                            forecast_steps=n_forecast, outage_slots=slots, iters=iters, lookahead=lookahead,
                            plan_peak=bool(plan_peak))
 
@@ -194,7 +189,7 @@ class ScheduleLayer:
         no_outage = jnp.zeros(0, jnp.int32)
 
         def flow(vset):   # |V| [n_bus] of the AC power flow at the set-points, (|V|, solved) for has_aux
-            _, _, vm, _, _, extra = _solve(pg, vset, load_p, load_q, start, g, no_outage)
+            _, _, vm, _, _, extra = _solve(pg, vset, load_p, load_q, None, start, g, no_outage)
             return vm, (vm, extra["converged"] > 0)
 
         vset, touched = voltage_setpoints(action[n_units:], g), jnp.asarray(False)
