@@ -50,8 +50,10 @@ NO_FLOAT64 = ("tpu",)   # backends without float64 linear algebra (a TPU: "Only 
 
 
 def check_float64_device():
-    """Refuse float64 (x64 on) where the default device cannot run it, before anything is built or compiled."""
-    backend = jax.default_backend()
+    """Refuse float64 (x64 on) where the default device cannot run it, before anything is built or compiled.
+    Inside `host_float64` (a baseline's set-up after training on a chip) the default device is the CPU."""
+    device = jax.config.jax_default_device
+    backend = jax.default_backend() if device is None else device if isinstance(device, str) else device.platform
     if float_dtype() == np.float64 and backend in NO_FLOAT64:
         raise ValueError(f"float64 was asked for (jax_enable_x64 is on) but the default device is a {backend.upper()}, "
                          "which has no float64 linear algebra: unset JAX_ENABLE_X64 to run in float32 there (the set-up "
