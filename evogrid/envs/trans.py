@@ -17,7 +17,8 @@ noisy forecast of the next `forecast_steps` intervals' total load (FORECAST_STEP
 safety layer's look-ahead and a learned policy plan on), and with outage events each line's status.
 Physics per step:
 
-* DC mode (default): DC power flow through a PTDF built once at set-up.
+* DC mode (default): DC power flow through a PTDF built once at set-up: the loads' flows of every day and
+  step computed then (`load_flow`); a step adds the units' share (one product with `gen_ptdf`).
 * AC mode (`ac=True`): the Newton-Raphson kernel, at most `ac_iters` iterations
   (stopping when the mismatch meets the dtype's tolerance), warm started from the
   previous step's voltages; losses are borne by the slack. `ac_method="chord"`
