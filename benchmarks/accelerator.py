@@ -135,14 +135,13 @@ def largest(task: str, probe: int) -> tuple[int, int, float]:
     """(largest `evogrid train` population, largest rollout env batch, MiB per 1,000 population members) that
     fit the device's memory (see `fits` in the module docstring)."""
     from evogrid.utils.memory import device_memory, largest_batch, memory_line, program_bytes
-    from evogrid.workflows.registry import build
+    from evogrid.workflows.registry import step_bytes
 
     limit = device_memory()
     env, params = task_env(task, False)
 
     def pop_bytes(n):
-        _, wf = build({"task": task, "pop_size": n}, env, params)
-        return program_bytes(type(wf).step.lower(wf, wf.state_template()))
+        return step_bytes({"task": task, "pop_size": n}, env, params)
 
     def env_bytes(n):
         return program_bytes(build_rollout(env, params, n).lower(jax.random.key(0), params))

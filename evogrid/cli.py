@@ -315,8 +315,8 @@ def _check_memory(values: dict, config, workflow) -> None:
     run's own compile (`utils.memory.check_batch`: the same step compiled at two smaller batches)."""
     import jax
 
-    from evogrid.utils.memory import check_batch, device_memory, program_bytes
-    from evogrid.workflows.registry import build
+    from evogrid.utils.memory import check_batch, device_memory
+    from evogrid.workflows.registry import step_bytes
 
     limit = device_memory()
     if limit is None:
@@ -328,11 +328,8 @@ def _check_memory(values: dict, config, workflow) -> None:
     else:
         return
 
-    def bytes_at(n):
-        _, small = build({**values, field: n}, workflow.env, workflow.env_params)
-        return program_bytes(type(small).step.lower(small, small.state_template()))
-
-    check_batch(bytes_at, getattr(config, field), limit, flag, f" on {config.task} ({what})", multiple)
+    check_batch(lambda n: step_bytes({**values, field: n}, workflow.env, workflow.env_params), getattr(config, field),
+                limit, flag, f" on {config.task} ({what})", multiple)
 
 
 def _size_warning(config, workflow) -> str | None:

@@ -57,6 +57,15 @@ def build(values: dict, env=None, env_params=None):
     return config, workflow_cls(config, env, env_params)
 
 
+def step_bytes(values: dict, env=None, env_params=None) -> int:
+    """Device bytes the compiled `step` of the workflow `build(values, env, env_params)` makes needs (compiled,
+    nothing allocated: `utils.memory.program_bytes`)."""
+    from evogrid.utils.memory import program_bytes
+
+    _, workflow = build(values, env, env_params)
+    return program_bytes(type(workflow).step.lower(workflow, workflow.state_template()))
+
+
 def load(run_dir):
     """(workflow, state, step) of a finished or interrupted run: the workflow its config.json builds and the
     state of its newest checkpoint (taken at `step`). Raises FileNotFoundError for a folder that is not a run
