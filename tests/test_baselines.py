@@ -555,3 +555,25 @@ def test_every_family_registers_its_reference_and_a_new_one_needs_no_branch(tmp_
     report = baselines.baseline("tso-case5-real", split="val")
     assert calls == [("real",)] and report["oracle_kind"] == "toy" and baselines.solved_days(report) == [0]
     assert baselines.baseline("tso-case5-real", split="val") == report and len(calls) == 1   # cached
+
+
+@pytest.mark.parametrize("task", ["tso-case118", "tso-case14-n1"])
+def test_the_least_violation_step_by_generated_rows_is_the_full_ones(task):
+    """Where no dispatch of a step meets every limit (ratings cut to 40%), the least-violation LP solved with its
+    line rows added as they are broken (`_Problem.solve(soft_slack=...)`) costs what the LP with every line's
+    rows costs, to 1e-7 relative, and its dispatch breaks a line as that one's does."""
+    from evogrid.baselines.solvers import solve_qp
+    from evogrid.baselines.tso import _Problem
+
+    _, params = make(task, split="train", n_days=4)
+    prob = _Problem(params.replace(rate=params.rate * 0.4))
+    slack = int(np.argmax(np.asarray(params.slack)))
+    load, start = prob.load[1][3:4], prob.start[1]
+    grids = prob.step_grids(1, [3]) if prob.isf is not None else None
+    assert not prob.solve(load, start, grids)[0].ok   # the hard step has no answer
+    full = solve_qp(*prob.build(load, start, soft_slack=slack, grids=grids))
+    generated, _ = prob.solve(load, start, grids, soft_slack=slack)
+    assert full.ok and generated.ok
+    np.testing.assert_allclose(generated.objective, full.objective, rtol=1e-7)
+    broken = [prob.line_violations(sol.x[:prob.n_units][None], load, grids).sum() for sol in (full, generated)]
+    assert broken[0] > 0 and broken[1] > 0

@@ -129,17 +129,19 @@ class _Problem:
             return np.broadcast_to(rate, (T, rate.size))
         return np.stack([self.n1_rate[self.limited] if trip else rate for *_, trip in grids])
 
-    def solve(self, load, start, grids=None, max_rounds: int = 50, where: str = ""):
+    def solve(self, load, start, grids=None, max_rounds: int = 50, where: str = "", soft_slack=None):
         """The (multi-period) problem from dispatch `start`, N-1 secure where the task screens outages, by
         constraint generation: the line rows of (step, line) pairs start empty and every flow found over its
         limit adds its row, then (once every base-case flow is within) every violated post-contingency row,
         and the problem is solved again until nothing is violated. The answer is the full problem's (a
         relaxation whose optimum meets every row); few lines ever bind, so on grids of thousands of lines
-        each solve is a fraction of the full one. Returns (solution, number of N-1 rows added)."""
+        each solve is a fraction of the full one. With `soft_slack`, one step's least-violation LP
+        (`build`), its line rows generated the same way (no N-1 rows): at 9,241 buses the LP of every line
+        was 46M nonzeros and 5 s a decision. Returns (solution, number of N-1 rows added)."""
         extra, T = [], load.shape[0]
         watch = np.zeros((T, int(self.limited.sum())), bool)
         for _ in range(max_rounds):
-            sol = solve_qp(*self.build(load, start, grids=grids, extra=extra, watch=watch))
+            sol = solve_qp(*self.build(load, start, soft_slack=soft_slack, grids=grids, extra=extra, watch=watch))
             if not sol.ok:
                 return sol, len(extra)
             pg = sol.x[:T * self.n_units].reshape(T, self.n_units)
@@ -147,7 +149,7 @@ class _Problem:
             if over.any():
                 watch |= over
                 continue
-            new = [] if self.contingencies is None else self.n1_violations(pg, load, grids)
+            new = [] if self.contingencies is None or soft_slack is not None else self.n1_violations(pg, load, grids)
             if not new:
                 return sol, len(extra)
             extra += new
@@ -429,7 +431,7 @@ buses asked to hold their last |V|: the voltages are the voltage schedule's (`ev
             if sol.ok:
                 break
         if not sol.ok:  # no dispatch meets every limit: the least violating one of this interval
-            sol = solve_qp(*prob.build(load[:1], prev, soft_slack=slack, grids=grids))
+            sol, _ = prob.solve(load[:1], prev, grids, soft_slack=slack, where=f"rolling dispatch, day {d} step {t}: ")
         if not sol.ok:
             raise RuntimeError(f"rolling dispatch, day {d} step {t}: the solver returned {sol.status!r}")
         vm = np.asarray(params.vbus_incidence) @ seen["vm"] if params.voltage_control else np.zeros(0)
