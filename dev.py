@@ -57,8 +57,7 @@ def main(argv: list[str]) -> int:
     else:
         if "--fast" in rest:
             rest = [a for a in rest if a != "--fast"] + ["-m", "not slow"]
-        # one worker per core, at most 4 (the suite's tests are single-threaded for most of their time: on 2 cores
-        # 26 min in one process from a cold cache, 26 min in two with a core shared by other work, 2026-12-07)
+        # one worker per core, at most 4: the tests are single-threaded for most of their time
         workers = min(4, os.cpu_count() or 1)
         parallel = ["-n", str(workers), "--dist", "worksteal"] if workers > 1 and not {"-n", "--numprocesses"} & set(rest) else []
         cmd = [str(PY), "-m", "pytest", *parallel, "--durations=15", *rest]   # the 15 slowest tests, in CI's log too

@@ -58,7 +58,7 @@ def build(values: dict, env=None, env_params=None):
 
 
 def step_bytes(values: dict, env=None, env_params=None) -> int:
-    """Device bytes the compiled `step` of the workflow `build(values, env, env_params)` makes needs (compiled,
+    """Device bytes that the compiled `step` of `build(values, env, env_params)`'s workflow needs (compiled,
     nothing allocated: `utils.memory.program_bytes`)."""
     from evogrid.utils.memory import program_bytes
 
