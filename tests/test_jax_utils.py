@@ -62,13 +62,21 @@ def test_largest_is_top_k_ties_and_infinities_included(monkeypatch):
 def test_take_rows_is_indexing_on_every_backend(monkeypatch):
     from evogrid.utils.jax_utils import take_rows
 
-    table = jax.random.normal(jax.random.key(1), (7, 3, 2)) * 1e3
+    # float32 numbers of every exponent from 2^-100 to 2^100 and random fractions: the product of the bfloat16
+    # parts must give each to the bit
+    bits = jax.random.bits(jax.random.key(1), (7, 3, 2), jnp.uint32) & jnp.uint32(0x807FFFFF)
+    exponent = jax.random.randint(jax.random.key(2), (7, 3, 2), 27, 227).astype(jnp.uint32) << 23
+    table = jax.lax.bitcast_convert_type(bits | exponent, jnp.float32)
     idx = jnp.array([6, 0, 3, 3])
     want = table[idx]
     assert jnp.array_equal(take_rows(table, idx), want)
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")   # the one-hot product, bit for bit
     assert jnp.array_equal(take_rows(table, idx), want)
+    assert jnp.array_equal(take_rows(table, idx, per_env=True), want)   # the select and sum
+    assert jnp.array_equal(take_rows(table[:, 0, 0], idx), want[:, 0, 0])   # a vector: its float32 product
     assert jnp.array_equal(take_rows(table[:, 0, 0] > 0, idx), want[:, 0, 0] > 0)
+    with jax.enable_x64():   # float64: one product at full precision
+        assert jnp.array_equal(take_rows(table.astype(jnp.float64) / 3, idx), want.astype(jnp.float64) / 3)
 
 
 def test_small_solve_matches_numpy_with_and_without_pivoting():

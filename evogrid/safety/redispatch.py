@@ -125,7 +125,7 @@ def _redispatch(iters: int, early: bool, pg, lo, hi, demand, flow, sens, rate, a
             now = now if reach_grad is None else jnp.concatenate([now, reach_grad[None]])
             full = jnp.concatenate([jnp.concatenate([now, jnp.zeros_like(now)], 1),
                                     jnp.concatenate([jnp.zeros_like(sens), jnp.sign(fx)[:, None] * sens], 1), ramp_rows])
-            rows = lambda idx: take_rows(full, idx)  # noqa: E731
+            rows = lambda idx: take_rows(full, idx, per_env=True)  # noqa: E731
             short = short | (valid & (jnp.any(jnp.abs(fx) > rate * (1.0 + 1e-9))
                                       | jnp.any(jnp.abs(step_) > reach * (1.0 + 1e-9))))
         return resid, aim, rows, short
@@ -186,7 +186,8 @@ def peak_plan(pg, future, future_load, pmin, pmax, ramp, flows_at):
     i = jnp.argmax(jnp.where(jnp.isnan(future), -jnp.inf, future))
     reach = (i + 1).astype(pg.dtype) * ramp
     known = ~jnp.isnan(future)
-    demand, load, valid = (take_rows(x, i[None])[0] for x in (jnp.where(known, future, 0.0), future_load, known))
+    demand, valid = (take_rows(x, i[None])[0] for x in (jnp.where(known, future, 0.0), known))
+    load = take_rows(future_load, i[None], per_env=True)[0]
     x0 = follow_load(pg, jnp.maximum(pmin, pg - reach), jnp.minimum(pmax, pg + reach), demand)
     return flows_at(x0, load), x0, demand, reach, valid
 

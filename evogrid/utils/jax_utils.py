@@ -118,26 +118,52 @@ def largest(x, k: int):
 ONE_HOT_ROWS, ONE_HOT_LIMIT = 4096, 2 ** 19   # take_rows: the largest table (rows; rows x row size) picked by a one-hot product
 
 
-def take_rows(table, idx):
-    """table[idx]: the rows at traced indices `idx` (any shape) of `table` [n, ...]. On an accelerator, from a
-    table of at most `ONE_HOT_ROWS` rows and `ONE_HOT_LIMIT` entries, as the product of their one-hot [..., n]
-    with the table at full precision (exact: one 1 per row): a gather at traced indices is slow there (TPU v5e,
-    16,384 envs: the security redispatch's row picks took 1.5-1.8x the time of the product; the bare step ran
-    1.5x faster on tso-case14 and 1.1x on tso-case118 with its picks from 3,072-row tables as products, and
-    0.9x on dcmg, whose tables have 18,432 rows of one number). On the CPU, or from a larger table (the one-hot
-    grows with the rows, the product with the size), the gather is the faster. Integer and bool tables: the
-    picked row is a select and a sum. A floating table must be finite (0 x NaN is NaN)."""
+def bf16_parts(x):
+    """float32 x [n, w] as bfloat16 [n, 3w]: [hi, mid, lo] with hi + (mid + lo) == x to the bit. hi is x's
+    sign, exponent and first 7 fraction bits (a truncation: exact in bfloat16), mid the same of the rest, lo
+    what is left, at most 8 significant bits: exact too. (Values below 2^-110 may lose their last bits where
+    lo underflows.)"""
+    cut = lambda v: jax.lax.bitcast_convert_type(  # noqa: E731
+        jax.lax.bitcast_convert_type(v, jnp.uint32) & jnp.uint32(0xFFFF0000), jnp.float32)
+    hi = cut(x)
+    rest = x - hi
+    mid = cut(rest)
+    return jnp.concatenate([hi, mid, rest - mid], 1).astype(jnp.bfloat16)
+
+
+def take_rows(table, idx, per_env: bool = False):
+    """table[idx]: the rows at traced indices `idx` (any shape) of `table` [n, ...]. On the CPU, or from a table
+    of more than `ONE_HOT_ROWS` rows or `ONE_HOT_LIMIT` entries, a gather. On an accelerator, where a gather at
+    traced indices is slow, one of three exact picks (TPU v5e, 16,384 envs):
+    - a table of the task's (the same for every env: loads, forecasts, sensitivities) by the product of the
+      indices' one-hot [..., n] with it, a float32 table of more than one column as its three bfloat16 parts
+      (`bf16_parts`) in one bfloat16 product, which picks each part exactly: the rows to the bit in one pass
+      of the matrix unit where a float32 product at full precision takes six (tso-case14's bare step 1.65x
+      faster; a 186-column pick 5.5x). As products the picks ran the bare step 1.5x faster than gathers on
+      tso-case14, 1.1x on tso-case118 (3,072-row tables) and the security redispatch 1.5-1.8x.
+    - `per_env`, a table each env builds (under vmap a [batch, n, ...] array of a few rows), by a select and a
+      sum, which XLA fuses with the table's making where a product needs it in memory (the redispatch with
+      its peak plan, tso-case14: 3.7x faster than by products).
+    - a vector (one column), or a float64 table, by the product at full precision: the vectors the
+      redispatch builds ran 13% faster so than by a select and a sum (tso-case118), 1.7x faster than as
+      bfloat16 parts.
+    Integer and bool tables: a select and a sum. A floating table picked by a product must be finite (0 x NaN
+    is NaN)."""
     idx = jnp.asarray(idx)
     if table.size == 0:   # e.g. no outage slots: nothing to pick
         return jnp.zeros(idx.shape + table.shape[1:], table.dtype)
     if jax.default_backend() == "cpu" or table.shape[0] > ONE_HOT_ROWS or table.size > ONE_HOT_LIMIT:
         return table[idx]
-    hot = idx[..., None] == jnp.arange(table.shape[0])
+    hot = idx.reshape(-1, 1) == jnp.arange(table.shape[0])
     rows = table.reshape(table.shape[0], -1)
-    if jnp.issubdtype(table.dtype, jnp.floating):
-        flat = jnp.dot(hot.reshape(-1, rows.shape[0]).astype(table.dtype), rows, precision=jax.lax.Precision.HIGHEST)
-    else:   # integers and bools: the selected row summed (exact)
-        flat = jnp.sum(jnp.where(hot.reshape(-1, rows.shape[0], 1), rows, jnp.zeros((), table.dtype)), axis=1, dtype=table.dtype)
+    if per_env or not jnp.issubdtype(table.dtype, jnp.floating):   # the selected row summed (exact)
+        flat = jnp.sum(jnp.where(hot[..., None], rows, jnp.zeros((), table.dtype)), axis=1, dtype=table.dtype)
+    elif table.dtype == jnp.float32 and rows.shape[1] > 1:
+        hi, mid, lo = jnp.split(jnp.dot(hot.astype(jnp.bfloat16), bf16_parts(rows), precision=jax.lax.Precision.HIGHEST,
+                                        preferred_element_type=jnp.float32), 3, 1)
+        flat = hi + (mid + lo)
+    else:
+        flat = jnp.dot(hot.astype(table.dtype), rows, precision=jax.lax.Precision.HIGHEST)
     return flat.reshape(idx.shape + table.shape[1:])
 
 
