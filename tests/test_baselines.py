@@ -1,5 +1,6 @@
 """Optimisation baselines: the DC-OPF oracle replays through the env to its own objective with zero costs, the
 one-step problem matches PYPOWER's rundcopf, limits bind on the tasks, infeasible days say so; the day split."""
+import json
 import os
 import warnings
 from pathlib import Path
@@ -191,6 +192,10 @@ def test_baseline_command_prints_and_writes_json(tmp_path, capsys):
     # progress on stderr, a line at each quarter of the days in a log (not a terminal)
     assert "  multi-period DC-OPF: day 4/16\n" in captured.err and "day 3/16" not in captured.err and "  myopic policy: day 16/16\n" in captured.err
     assert "| mpc | on |" in out and "| zero | off |" in out and "  mpc+layer policy: day 16/16\n" in captured.err
+    # the myopic DC-OPF without the layer is played once: the operators' row is the reference report's
+    assert captured.err.count("  myopic policy: day 16/16\n") == 1 and "  myopic+layer policy: day 16/16\n" in captured.err
+    written = json.loads((tmp_path / "b.json").read_text())
+    assert written["operators"]["myopic"]["return"] == written["myopic"]["return"] and written["myopic"]["decision_s"] > 0
     cached = Path(os.environ["XDG_CACHE_HOME"]) / "evogrid" / "baselines"
     assert (tmp_path / "b.json").is_file() and list(cached.glob("tso-case5-test-*.json"))
     assert cli.main(["baseline", "--task", "gymnax:CartPole-v1"]) == 2

@@ -98,7 +98,9 @@ def baseline(task: str, split: str = "test", refresh: bool = False, operators: b
             if path.is_file() and not refresh:
                 ops = json.loads(path.read_text())
             else:
-                ops = operator_policies(env, params, progress=_progress)
+                played = report.get("myopic") if report.get("oracle_kind") == "schedule" else None
+                ops = operator_policies(env, params, progress=_progress,
+                                        myopic=played if played and "decision_s" in played else None)
                 atomic_write(path, json.dumps(ops, indent=1))
         report["operators"] = ops
         report["summary"]["operators"] = {name: policy_figures(report, v["return"], v["violation"], v["moved_mwh"])

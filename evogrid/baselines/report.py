@@ -107,16 +107,18 @@ def summarise(report: dict, returns, violations) -> dict:
     }
 
 
-def schedule_report(oracle, kind: str, returns=None, costs=None) -> dict:
+def schedule_report(oracle, kind: str, returns=None, costs=None, decision_s=None) -> dict:
     """The report of an oracle given as `DaySchedule`s per day, with a policy replayed beside it (the
-    myopic policy or the reference's own replay: `returns` [n], `costs` [n, C]) when there is one."""
+    myopic policy or the reference's own replay: `returns` [n], `costs` [n, C], and the mean seconds per
+    decision where an optimiser decides) when there is one."""
     report = {
         "days": int(len(oracle)), "oracle_kind": kind,
         "oracle": {"status": [r.status for r in oracle], "cost": [r.cost for r in oracle],
                    "seconds": [r.seconds for r in oracle],
                    "binding": {name: [r.binding.get(name, False) for r in oracle]
                                for name in dict.fromkeys(k for r in oracle for k in r.binding)}},
-        "myopic": None if returns is None else {"return": returns.tolist(), "violation": costs.sum(1).tolist()},
+        "myopic": None if returns is None else {"return": returns.tolist(), "violation": costs.sum(1).tolist(),
+                                                **({} if decision_s is None else {"decision_s": decision_s})},
     }
     report["summary"] = summarise(report, returns, None if costs is None else costs.sum(1))
     report["summary"]["feasible_days"] = sum(r.status == "optimal" for r in oracle)

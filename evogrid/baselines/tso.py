@@ -474,7 +474,8 @@ def play_decisions(env, params, days, read, decide, progress=None, record=None):
 
 def _reference_report(env, params, task, progress) -> dict:
     oracle = dc_opf_oracle(params, progress=progress("multi-period DC-OPF"))
-    return schedule_report(oracle, "schedule", *myopic_policy(env, params, progress=progress("myopic policy")))
+    returns, costs, _, seconds = rolling_policy(env, params, 1, progress=progress("myopic policy"))
+    return schedule_report(oracle, "schedule", returns, costs, seconds)
 
 
 def _reference_words(task) -> str:
