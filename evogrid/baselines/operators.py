@@ -61,9 +61,10 @@ def operator_policies(env, params, progress=None, myopic=None) -> dict:
                 return tso.setpoint_action(params, seen["last_pg"], seen["last_pg"], vm)
 
             record("persistence", *day_figures(played, params, hold))
-            if not params.ac and myopic is not None and not layered:
-                out["myopic"] = {"return": list(myopic["return"]), "violation": list(myopic["violation"]),
-                                 "moved_mwh": [0.0] * len(myopic["return"]), "layer": False, "decision_s": myopic["decision_s"]}
+            if not params.ac and myopic is not None and not layered:   # its summed violation as the one channel
+                returns = np.asarray(myopic["return"], np.float64)
+                record("myopic", returns, np.asarray(myopic["violation"], np.float64)[:, None], np.zeros_like(returns),
+                       myopic["decision_s"])
             elif not params.ac:   # the optimising baselines are DC-OPFs
                 record("myopic", *tso.rolling_policy(played, params, 1, progress=progress and progress(f"myopic{tag} policy")))
         elif type(env) is not DistGridEnv:
