@@ -27,6 +27,9 @@ Parts:
   audit  the optimised program the device compiles for a task's rollout: every matrix product (dot,
          convolution) with the precision the compiler gave it and the source line it came from; any that
          runs at the default (on a TPU: bfloat16 passes) is the physics losing digits.
+  profile where a task's rollout spends its time (`--sizes`' first N, `--layers`): two calls traced with
+         jax.profiler, the device's ops summed by name, the `--top` largest with their share of the ops' time
+         and the source line and op name the compiled program gives each (a fusion: its root's).
 Writes the table to stdout (and to `--out` when given).
 """
 from __future__ import annotations
@@ -175,18 +178,102 @@ def audit(task: str, layer: bool, n_envs: int) -> list[str]:
     env, params = task_env(task, layer)
     run = build_rollout(env, params, n_envs)
     text = run.lower(jax.random.key(0), params).compile().as_text()
-    rows = {}
+    sources, rows = op_sources(text), {}
     for line in text.splitlines():
         m = PRODUCT.search(line)
         if not m:
             continue
         precision = re.search(r"operand_precision=\{([^}]*)\}", line)
-        where = re.search(r'source_file="([^"]*)" source_line=(\d+)', line)
-        name = re.search(r'op_name="([^"]*)"', line)
-        src = f"{where.group(1).split('evogrid/')[-1]}:{where.group(2)}" if where else "?"
-        key = (m.group(1), precision.group(1) if precision else "default", src, name.group(1)[-60:] if name else "?")
+        op = HLO_OP.match(line)
+        src = sources.get(op.group(1), "? ? ?").split(" ", 1)[1] if op else "? ?"
+        key = (m.group(1), precision.group(1) if precision else "default", src)
         rows[key] = rows.get(key, 0) + 1
-    return [f"| {k[0]} | {k[1]} | {k[2]} | {k[3]} | {n} |" for k, n in sorted(rows.items())]
+    return [f"| {k[0]} | {k[1]} | {k[2]} | {n} |" for k, n in sorted(rows.items())]
+
+
+HLO_OP = re.compile(r"^\s*(?:ROOT )?%?([\w.-]+) = (\S+) .*?metadata=\{([^}]*)\}")
+
+
+def op_sources(text: str) -> dict[str, str]:
+    """HLO op name -> 'shape source:line op-name tail' from a compiled program's text: the source is the
+    innermost evogrid frame of the op's stack (the program's FileNames / FileLocations / StackFrames tables)."""
+    tables, section = {"FileNames": {}, "FileLocations": {}, "StackFrames": {}}, None
+    for line in text.splitlines():
+        if line in tables or line == "FunctionNames":
+            section = line
+        elif section and re.match(r"^\d+ ", line):
+            key, rest = line.split(" ", 1)
+            if section in tables:
+                tables[section][key] = rest
+        else:
+            section = None
+
+    def where(frame: str | None) -> str:
+        for _ in range(64):   # innermost frame outwards
+            if frame is None or frame not in tables["StackFrames"]:
+                return "?"
+            entry = tables["StackFrames"][frame]
+            loc = tables["FileLocations"].get(re.search(r"file_location_id=(\d+)", entry).group(1), "")
+            file = tables["FileNames"].get((re.search(r"file_name_id=(\d+)", loc) or [0, ""])[1], "").strip('"')
+            if "evogrid/" in file:
+                return file.split("evogrid/")[-1] + ":" + re.search(r"line=(\d+)", loc).group(1)
+            parent = re.search(r"parent_frame_id=(\d+)", entry).group(1)
+            frame = None if parent == frame else parent
+        return "?"
+
+    out = {}
+    for line in text.splitlines():
+        m = HLO_OP.match(line)
+        if m:
+            frame = re.search(r"stack_frame_id=(\d+)", m.group(3))
+            name = re.search(r'op_name="([^"]*)"', m.group(3))
+            out[m.group(1)] = f"{m.group(2)[:40]} {where(frame.group(1) if frame else None)} {name.group(1)[-40:] if name else ''}"
+    return out
+
+
+def profile(task: str, layer: bool, n_envs: int, top: int) -> tuple[list[str], float, float]:
+    """The `top` ops of the device's time in two traced calls of the task's rollout (see `profile_calls`)."""
+    env, params = task_env(task, layer)
+    return profile_calls(build_rollout(env, params, n_envs), (params,), n_envs * params.max_steps, top)
+
+
+def profile_calls(run, args: tuple, steps: int, top: int) -> tuple[list[str], float, float]:
+    """The `top` ops of the device's time in two traced calls `run(key, *args)` (a jitted function doing `steps`
+    env-steps): rows 'op | share | us a call | events a call | shape, source, op name', the ops' total ms a
+    call and the untraced calls' env-steps/s (see `profile` in the module docstring)."""
+    import glob
+    import tempfile
+
+    sources = op_sources(run.lower(jax.random.key(0), *args).compile().as_text())
+    jax.block_until_ready(run(jax.random.key(0), *args))
+    best = float("inf")
+    for i in range(2):
+        t0 = time.perf_counter()
+        jax.block_until_ready(run(jax.random.key(i + 1), *args))
+        best = min(best, time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory() as where:
+        with jax.profiler.trace(where):
+            for i in range(2):
+                jax.block_until_ready(run(jax.random.key(i + 1), *args))
+        data = jax.profiler.ProfileData.from_file(glob.glob(f"{where}/**/*.xplane.pb", recursive=True)[0])
+        device = [p for p in data.planes if p.name.startswith("/device:")]
+        lines = [ln for p in device for ln in p.lines if ln.name == "XLA Ops"] or \
+                [ln for p in data.planes for ln in p.lines]
+        total, count = {}, {}
+        for ln in lines:
+            for e in ln.events:
+                name = dict(e.stats).get("hlo_op", e.name) if ln.name != "XLA Ops" else e.name
+                if ln.name != "XLA Ops" and "hlo_op" not in dict(e.stats):
+                    continue
+                name = name.split(" = ")[0].lstrip("%")   # a TPU names its events by their HLO text
+                if name.split(".")[0] in ("while", "conditional", "call"):   # their time is their bodies'
+                    continue
+                total[name] = total.get(name, 0.0) + e.duration_ns
+                count[name] = count.get(name, 0) + 1
+    whole = sum(total.values()) or 1.0
+    rows = [f"| {name} | {ns / whole:.1%} | {ns / 2e3:,.0f} | {count[name] // 2} | {sources.get(name, '?')} |"
+            for name, ns in sorted(total.items(), key=lambda x: -x[1])[:top]]
+    return rows, whole / 2e6, steps / best
 
 
 def resident_gib() -> float:
@@ -201,7 +288,7 @@ def resident_gib() -> float:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="small sizes (any machine)")
-    ap.add_argument("--parts", default="envs,agree,ec", help="comma-separated: envs, agree, ec, train, fits, audit")
+    ap.add_argument("--parts", default="envs,agree,ec", help="comma-separated: envs, agree, ec, train, fits, audit, profile")
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--sizes", default=None, help="env batch sizes (default 1024,16384; smoke 16)")
     ap.add_argument("--pops", default=None, help="ECWorkflow populations (default 1024,4096,16384; smoke 16)")
@@ -213,6 +300,7 @@ def main(argv=None):
                     help="envs/agree parts: the bare env, the env behind its layer, or both (default)")
     ap.add_argument("--probe", type=int, default=64, help="fits part: the smaller batch compiled (default 64)")
     ap.add_argument("--budget", type=float, default=20.0, help="skip a task's larger sizes once one call takes this many s")
+    ap.add_argument("--top", type=int, default=15, help="profile part: how many ops to list (default 15)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     parts, tasks = args.parts.split(","), args.tasks.split(",")
@@ -283,10 +371,20 @@ def main(argv=None):
     if "audit" in parts:
         for task in tasks:
             say(f"\n{task}: matrix products of the compiled rollout ({sizes[0]} envs)")
-            say("| op | precision | source | op name | count |")
-            say("|---|---|---|---|---|")
+            say("| op | precision | source, op name | count |")
+            say("|---|---|---|---|")
             for row in audit(task, False, sizes[0]):
                 say(row)
+    if "profile" in parts:
+        for task in tasks:
+            for layer in layer_choices(task, args.layers):
+                rows, ms, rate = profile(task, layer, sizes[0], args.top)
+                say(f"\n{task}, layer {'on' if layer else 'off'}, {sizes[0]:,} envs ({rate:,.0f} env-steps/s): the device's "
+                    f"ops, {ms:,.1f} ms a call")
+                say("| op | share | us a call | events a call | shape, source, op name |")
+                say("|---|---|---|---|---|")
+                for row in rows:
+                    say(row)
     if args.out:
         with open(args.out, "w") as f:
             f.write("\n".join(lines) + "\n")

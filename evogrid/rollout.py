@@ -239,16 +239,23 @@ def batch_step(env, keys, states, actions, params):
 def scan_rollout(env, key, init_state, params, actions):
     """Fixed-length auto-reset rollout of one env with pre-generated actions [T, *action_shape].
 
-    Step t uses the t-th key of `jax.random.split(key, T)` exactly as `env.step_auto_reset` would.
-    Returns (final_state, obs_traj, reward_traj, cost_traj, done_traj, info_traj), stacked on T;
-    obs_traj[t] is the observation after step t (already the next episode's after a `done`).
+    Step t uses the t-th key of `jax.random.split(key, T)` exactly as `env.step_auto_reset` would (the
+    keys `collect` gives its steps). Returns (final_state, obs_traj, reward_traj, cost_traj, done_traj,
+    info_traj), stacked on T; obs_traj[t] is the observation after step t (already the next episode's after
+    a `done`). Each step's outputs are stacked as the step makes them: stacking the observation carried into
+    the next step (as `collect`'s transitions do) and shifting it after the loop copied the whole trajectory
+    once more (TPU v5e, tso-case118, 16,384 envs: 9% of the rollout).
     """
-    obs_shape = jax.eval_shape(lambda: env.step_no_reset(key, init_state, actions[0], params)[0])
-    obs0 = jnp.zeros(obs_shape.shape, obs_shape.dtype)  # never read: the policy replays `actions`
-    final_state, final_obs, tr, _ = collect(env, params, lambda k, o, a: (a, None), key, init_state, obs0,
-                                            actions.shape[0], inputs=actions)
-    obs = jnp.concatenate([tr.obs[1:], final_obs[None]])
-    return final_state, obs, tr.reward, tr.costs, tr.done, tr.info
+    k_step = jax.random.split(key, actions.shape[0])
+
+    def body(state, xs):
+        ks, kr, action = xs
+        obs, state, reward, costs, done, info = env.step_no_reset(ks, state, action, params)
+        obs, state = jax.lax.stop_gradient(env.auto_reset(kr, obs, state, done, params))
+        return state, (obs, reward, costs, done, info)
+
+    final_state, (obs, reward, costs, done, info) = jax.lax.scan(body, init_state, (k_step, reset_key(k_step), actions))
+    return final_state, obs, reward, costs, done, info
 
 
 def make_random_rollout(env, params, n_envs: int, horizon: int):

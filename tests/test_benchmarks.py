@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_accelerator_benchmark_smoke_runs_on_cpu():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "accelerator.py"), "--smoke", "--repeats", "1",
-                          "--tasks", "tso-case5", "--parts", "envs,agree,audit,train,fits"],
+                          "--tasks", "tso-case5", "--parts", "envs,agree,audit,train,fits,profile", "--top", "3"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT,
                          env={**os.environ, "EVOGRID_DEVICE_MEMORY": "2GiB"})
     assert out.returncode == 0, out.stderr[-2000:]
@@ -21,7 +21,12 @@ def test_accelerator_benchmark_smoke_runs_on_cpu():
     assert "| tso-case5 | on | 16 | " in out.stdout and "| tso-case5 | off | 16 | " in out.stdout
     # on the CPU the "device" is the host: the agreement column reads exactly zero, with no flips
     assert "| tso-case5 | on | 0.0e+00 | 0 / 12 | - |" in out.stdout
-    assert "| dot | highest,highest |" in out.stdout   # the audit lists the DC flows' products
+    # the audit lists the DC flows' products with the line of evogrid's source that made them
+    assert re.search(r"\| dot \| highest,highest \| envs/trans.py:\d+ ", out.stdout), out.stdout
+    # the profile: the rollout's three largest ops, their shares of the device's time summing to at most 100%
+    block = out.stdout.split("tso-case5, layer off, 16 envs (")[1].split("\n\n")[0]
+    shares = [float(x) for x in re.findall(r"^\| [\w.-]+ \| ([\d.]+)% \|", block, re.M)]
+    assert len(shares) == 3 and 0 < sum(shares) <= 100.0 and shares == sorted(shares, reverse=True), block
     assert "| tso-case5 | 16 | " in out.stdout and "peak host memory:" in out.stdout   # the train loop's row
     # the largest population and env batch in 2 GiB: the population's need per member times it fills what fits
     row = re.search(r"\| tso-case5 \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \|", out.stdout)

@@ -117,7 +117,7 @@ from evogrid.physics import (
     newton_raphson_q_limits,
     outage_flows,
 )
-from evogrid.utils.jax_utils import day_row, take_rows
+from evogrid.utils.jax_utils import day_row, day_rows, take_rows
 
 ROUNDOFF_ULPS = 4      # the balance and ramp channels ignore the slack's excess below this many ulps of the demand
 FORECAST_STEPS = 8     # intervals of load forecast in the observation by default (4 h at 30 min)
@@ -189,8 +189,9 @@ class TransGridEnv(Environment):
     def step_env(self, key, state: TransState, action, params: TransParams):
         action, n_bad = sanitize_action(action)
         t = state.time_step
-        load_p = day_row(params.load_p, state.day, t)
-        load_q = day_row(params.load_q, state.day, t)
+        # the step's rows of the day's tables, in one pick on an accelerator (the loads' flows: DC; Q: AC)
+        load_p, other = day_rows((params.load_p, params.load_q if params.ac else params.load_flow), state.day, t)
+        load_q, load_flow = (other, None) if params.ac else (None, other)
         n_units = params.pmax.shape[0]
         asked, lo, hi = asked_dispatch(action[:n_units], state.pg, params)
         demand = jnp.sum(load_p) + params.dc.gs_total
@@ -204,7 +205,6 @@ class TransGridEnv(Environment):
         rate = params.rate
         if params.n1_rate is not None and out.shape[0]:  # a trip this step: flows within emergency ratings
             rate = jnp.where(_new_outage(params.outage_schedule, state.day, t), params.n1_rate, rate)
-        load_flow = day_row(params.load_flow, state.day, t)
         solved = _solve(pg, vset, load_p, load_q, load_flow, state, params, out)
         if params.ac:   # the control then shares what the estimate missed (the slack's excess) and the grid settles
             pg = follow_load(pg, lo, hi, jnp.sum(solved[0]))
