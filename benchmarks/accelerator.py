@@ -214,7 +214,8 @@ def op_sources(text: str) -> dict[str, str]:
                 return "?"
             entry = tables["StackFrames"][frame]
             loc = tables["FileLocations"].get(re.search(r"file_location_id=(\d+)", entry).group(1), "")
-            file = tables["FileNames"].get((re.search(r"file_name_id=(\d+)", loc) or [0, ""])[1], "").strip('"')
+            file_id = re.search(r"file_name_id=(\d+)", loc)
+            file = tables["FileNames"].get(file_id.group(1), "").strip('"') if file_id else ""
             if "evogrid/" in file:
                 return file.split("evogrid/")[-1] + ":" + re.search(r"line=(\d+)", loc).group(1)
             parent = re.search(r"parent_frame_id=(\d+)", entry).group(1)
@@ -260,12 +261,12 @@ def profile_calls(run, args: tuple, steps: int, top: int) -> tuple[list[str], fl
         lines = [ln for p in device for ln in p.lines if ln.name == "XLA Ops"] or \
                 [ln for p in data.planes for ln in p.lines]
         total, count = {}, {}
-        for ln in lines:
+        for ln in lines:   # a device's "XLA Ops" line names its events by their HLO text; a host's carry "hlo_op"
             for e in ln.events:
-                name = dict(e.stats).get("hlo_op", e.name) if ln.name != "XLA Ops" else e.name
-                if ln.name != "XLA Ops" and "hlo_op" not in dict(e.stats):
+                stats = dict(e.stats)
+                if ln.name != "XLA Ops" and "hlo_op" not in stats:
                     continue
-                name = name.split(" = ")[0].lstrip("%")   # a TPU names its events by their HLO text
+                name = stats.get("hlo_op", e.name).split(" = ")[0].lstrip("%")
                 if name.split(".")[0] in ("while", "conditional", "call"):   # their time is their bodies'
                     continue
                 total[name] = total.get(name, 0.0) + e.duration_ns
