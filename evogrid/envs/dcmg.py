@@ -48,7 +48,7 @@ from evogrid.envs.profiles import (
 )
 from evogrid.envs.spaces import Box
 from evogrid.physics import Battery, as_float, host_setup, battery_limits, battery_step, make_battery
-from evogrid.utils.jax_utils import day_row
+from evogrid.utils.jax_utils import day_rows
 
 
 @struct.dataclass
@@ -108,7 +108,7 @@ class DCMicrogridEnv(Environment):
         action, n_bad = sanitize_action(action)
         a_bat, a_diesel, a_set, a_defer = action[0], action[1], action[2], action[3]
         t, dt = state.time_step, params.delta_t_hours
-        arrival = day_row(params.it_arrival, state.day, t)
+        arrival, t_out, pv, price = day_rows((params.it_arrival, params.t_out, params.pv_avail, params.price), state.day, t)
         # workload: defer part of the deferrable arrivals, or serve part of the queue (earliest deadline first)
         slot = jnp.minimum(params.deadline_steps, params.max_steps - 1 - t) - 1   # due at min(t + D, T - 1)
         deferred = jnp.where(slot >= 0, jnp.maximum(a_defer, 0.0) * params.deferrable * arrival, 0.0)
@@ -120,7 +120,7 @@ class DCMicrogridEnv(Environment):
         it = arrival - deferred + jnp.sum(taken) + late
         # cooling towards the set-point, then the room temperature
         setpoint = params.set_min + 0.5 * (a_set + 1.0) * (params.set_max - params.set_min)
-        leak = params.c_th * (day_row(params.t_out, state.day, t) - state.temp) / params.tau
+        leak = params.c_th * (t_out - state.temp) / params.tau
         q_cool = jnp.clip(it + params.c_th * (state.temp - setpoint) / dt + leak, 0.0, params.q_cool_max)
         temp = state.temp + dt * ((it - q_cool) + leak) / params.c_th
         p_cool = q_cool / params.cop
@@ -130,7 +130,6 @@ class DCMicrogridEnv(Environment):
         on = d_set >= d_min
         diesel = jnp.where(on, d_set, 0.0)
         load = it + p_cool
-        pv = day_row(params.pv_avail, state.day, t)
         request = a_bat[None] * params.battery.p_max_mw
         if params.backup:   # what the grid cannot carry: the battery discharges more, then the diesel starts or rises
             p_ch, p_dis = battery_limits(params.battery, state.soc, dt)
@@ -150,7 +149,7 @@ class DCMicrogridEnv(Environment):
         spilled = jnp.maximum(-grid_want, 0.0)
         fuel = jnp.where(on, params.fuel_idle * params.diesel_max + params.fuel_slope * diesel, 0.0) * dt  # litres
         co2 = fuel * params.diesel_co2 + grid * dt * params.grid_co2
-        dollars = grid * dt * day_row(params.price, state.day, t) + fuel * params.fuel_price + co2 * params.carbon_price
+        dollars = grid * dt * price + fuel * params.fuel_price + co2 * params.carbon_price
         costs = jnp.stack([late, jnp.maximum(temp - params.t_limit, 0.0), deficit])
         new = DCMGState(time_step=t + 1, day=state.day, soc=soc, temp=temp, queue=queue)
         info = {"it_mw": it, "cooling_mw": p_cool, "pv_mw": pv_used, "diesel_mw": diesel, "battery_mw": p_bat[0],
@@ -162,9 +161,8 @@ class DCMicrogridEnv(Environment):
         """[IT arrival, PV available (MW), price / 100, SOC, (temp - t_limit) / 10, queue (MW-steps),
         sin, cos time of day, progress]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
-        d = state.day
-        head = jnp.stack([day_row(params.it_arrival, d, t), day_row(params.pv_avail, d, t),
-                          day_row(params.price, d, t) / 100.0, state.soc[0], (state.temp - params.t_limit) / 10.0])
+        arrival, pv, price = day_rows((params.it_arrival, params.pv_avail, params.price), state.day, t)
+        head = jnp.stack([arrival, pv, price / 100.0, state.soc[0], (state.temp - params.t_limit) / 10.0])
         return jnp.concatenate([head, state.queue, self.time_obs(state, params)])
 
     def observation_space(self, params: DCMGParams) -> Box:

@@ -46,7 +46,7 @@ from evogrid.physics import (
     backward_forward_sweep,
     make_radial_network,
 )
-from evogrid.utils.jax_utils import day_row, take_rows
+from evogrid.utils.jax_utils import day_row, day_rows, take_rows
 
 
 @struct.dataclass
@@ -134,8 +134,8 @@ class DistGridEnv(Environment):
     def _obs(self, state: DistState, params: DistParams):
         """[|V| (n_bus), loads p.u. (n_bus), PV availability (n_pv), sin, cos time of day, progress]."""
         t = jnp.minimum(state.time_step, params.max_steps - 1)
-        return jnp.concatenate([state.vm, day_row(params.load_p, state.day, t) / params.base_mva,
-                                day_row(params.pv_avail, state.day, t), self.time_obs(state, params)])
+        load_p, pv = day_rows((params.load_p, params.pv_avail), state.day, t)
+        return jnp.concatenate([state.vm, load_p / params.base_mva, pv, self.time_obs(state, params)])
 
     def observation_space(self, params: DistParams) -> Box:
         n = 2 * params.load_p.shape[-1] + params.pv_avail.shape[-1] + self.time_obs_size(params)
@@ -186,9 +186,8 @@ def headroom(params: DistParams, pv_p):
 
 def interval(state, params: DistParams):
     """The loads (P MW, Q MVAr, [n_bus]) and the PV power available ([n_pv] MW) of the state's interval."""
-    t = state.time_step
-    return (day_row(params.load_p, state.day, t), day_row(params.load_q, state.day, t),
-            day_row(params.pv_avail, state.day, t) * params.pv_rating)
+    load_p, load_q, pv = day_rows((params.load_p, params.load_q, params.pv_avail), state.day, state.time_step)
+    return load_p, load_q, pv * params.pv_rating
 
 
 def read_observation(obs, params: DistParams) -> dict:

@@ -186,7 +186,7 @@ def day_rows(tables, day, t) -> list:
     if jax.default_backend() == "cpu" or len(tables) == 1:
         return [day_row(x, day, t) for x in tables]
     n_days, steps = tables[0].shape[:2]
-    flat = [x.reshape(n_days * steps, -1) for x in tables]
+    flat = [x.reshape(n_days * steps, int(np.prod(x.shape[2:]))) for x in tables]
     rows = take_rows(jnp.concatenate(flat, 1), day * steps + t)
     cuts = np.cumsum([f.shape[1] for f in flat])[:-1].tolist()
     return [r.reshape(x.shape[2:]) for r, x in zip(jnp.split(rows, cuts, axis=-1), tables)]
