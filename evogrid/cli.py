@@ -306,7 +306,9 @@ def _layer_words(workflow) -> str:
         start += "; the MLP outputs set-points"
     if not getattr(workflow, "layer_on", False):
         return "safety layer off: the raw policy" + start
-    return f"safety layer on: {type(workflow.env.layer).__name__}" + start
+    margin = getattr(workflow.env.layer, "reach_margin", 0.0)
+    reach = f", its look-ahead's demands widened by {margin:.1%}" if margin else ""
+    return f"safety layer on: {type(workflow.env.layer).__name__}{reach}" + start
 
 
 def _check_memory(values: dict, config, workflow) -> None:

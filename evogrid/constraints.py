@@ -52,6 +52,9 @@ class ConstraintConfig(Config):
     safety: str = param("auto", "safety layer between the policy and the grid (evogrid.safety: the security "
                         "redispatch on DC transmission tasks, the voltage correction on dso): auto (where the task "
                         "has one), on, or off (the raw policy)", choices=("auto", "on", "off"))
+    reach_margin: float = param(0.0, "the security redispatch's look-ahead keeps each forecast demand within the "
+                                "ramps' reach widened by this share of it (for the forecast's error; DC transmission "
+                                "tasks; 0.01 kept tso-case2000goc's end-of-day drops in reach)", lo=0.0, hi=0.5)
 
 
 @struct.dataclass

@@ -268,6 +268,13 @@ def test_reach_row_by_hand():
         np.testing.assert_allclose(float(gap), 90.0, rtol=1e-12)
         np.testing.assert_array_equal(np.asarray(row), [-1.0, -1.0])
         assert float(reach_row(pg, jnp.asarray([jnp.nan, jnp.nan]), pmin, pmax, ramp)[1]) == -np.inf
+        # a 10% margin for the forecast's error: the rows ask to reach 54 and 27 MW (the second now 33 too many)
+        # and, up, 275 MW; a day end stays out of it
+        row, gap, _ = reach_row(pg, jnp.asarray([60.0, 30.0]), pmin, pmax, ramp, 0.1)
+        np.testing.assert_allclose(float(gap), 33.0, rtol=1e-12)
+        np.testing.assert_array_equal(np.asarray(row), [1.0, 0.0])
+        np.testing.assert_allclose(float(reach_row(pg, jnp.asarray([250.0, jnp.nan]), pmin, pmax, ramp, 0.1)[1]), 115.0, rtol=1e-12)
+        assert float(reach_row(pg, jnp.asarray([jnp.nan, jnp.nan]), pmin, pmax, ramp, 0.1)[1]) == -np.inf
 
 
 @pytest.mark.slow
@@ -585,6 +592,11 @@ def test_layer_bad_input():
         redispatch_layer(params, lookahead=9)
     with pytest.raises(ValueError, match="safety must be one of auto, on, off"):
         make_layer(env, params, "maybe")
+    with pytest.raises(ValueError, match=r"reach_margin must be a share in \[0, 1\)"):
+        redispatch_layer(params, reach_margin=-0.01)
+    env, params = make("dso-case33bw", n_days=2)
+    with pytest.raises(ValueError, match="reach_margin is the security redispatch's"):
+        make_layer(env, params, "auto", reach_margin=0.01)
     with pytest.raises(ValueError, match="forecast_error must be >= 0"):
         make("tso-case5", n_days=2, forecast_error=-0.01)
 
@@ -601,3 +613,12 @@ def test_bad_safety_requests_are_one_line_and_write_nothing(tmp_path, capsys, ar
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.strip().count("\n") <= 1, err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_reach_margin_goes_from_the_config_to_the_layer():
+    """`--reach-margin` (every workflow config's `reach_margin`) is the redispatch's; 0 leaves it as it was."""
+    from evogrid.workflows import ECConfig, ECWorkflow
+
+    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=4, reach_margin=0.02))
+    assert wf.layer_on and wf.env.layer.reach_margin == 0.02
+    assert ECWorkflow(ECConfig(task="tso-case5", pop_size=4)).env.layer.reach_margin == 0.0

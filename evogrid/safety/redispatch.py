@@ -41,9 +41,10 @@ def secure_redispatch(pg, lo, hi, demand, flow, sens, rate, iters: int, ahead=No
     Where no dispatch within the windows meets the ratings, what is left shows in the env's `thermal`
     channel.
 
-    `ahead` = (future demand [K] MW, NaN past the day's end; pmin, pmax, ramp per step): the dispatch is
-    also kept where the ramps can reach each of the next K demands (sum max(pmin, pg - k ramp) <= demand[k]
-    <= sum min(pmax, pg + k ramp)); the furthest-out of these 2K conditions is one more row.
+    `ahead` = (future demand [K] MW, NaN past the day's end; pmin, pmax, ramp per step; margin): the dispatch
+    is also kept where the ramps can reach each of the next K demands, widened by `margin` times the demand
+    for the forecast's error (sum max(pmin, pg - k ramp) <= (1 - margin) demand[k], (1 + margin) demand[k] <=
+    sum min(pmax, pg + k ramp)); the furthest-out of these 2K conditions is one more row.
     `peak` (from `peak_plan`): a plan x of the look-ahead's peak interval is moved together with pg (x's
     lines within the ratings, |x - pg| within k ramps, x balanced at the peak's demand), the rows solved as
     inequalities (`held_projection_step`); then this interval's own rows alone have the last word.
@@ -77,8 +78,8 @@ def _redispatch(iters: int, early: bool, pg, lo, hi, demand, flow, sens, rate, a
     inner = WINDOW_MARGIN * (hi - lo) * slack
     lo, hi = lo + inner, hi - inner
     if ahead is not None:   # the reach with the ramps these windows leave (the slack's, less its margin)
-        future, pmin, pmax, ramp = ahead
-        ahead = (future, pmin, pmax, ramp * (1.0 - 2.0 * WINDOW_MARGIN * slack))
+        future, pmin, pmax, ramp, reach_margin = ahead
+        ahead = (future, pmin, pmax, ramp * (1.0 - 2.0 * WINDOW_MARGIN * slack), reach_margin)
     n, n_line = pg.shape[0], rate.shape[0]
     k = min(SECURE_LINES, n_line + (ahead is not None))
     f0, pg0 = flow, pg
@@ -192,14 +193,16 @@ def peak_plan(pg, future, future_load, pmin, pmax, ramp, flows_at):
     return flows_at(x0, load), x0, demand, reach, valid
 
 
-def reach_row(pg, future, pmin, pmax, ramp):
+def reach_row(pg, future, pmin, pmax, ramp, margin=0.0):
     """The look-ahead row of `secure_redispatch`: of the 2K reach conditions (k = 1..K, the lowest and the
-    highest total output k intervals on, against future[k - 1]), the one furthest out: (its gradient in the
-    dispatch [n_units], its excess MW (> 0: out of reach; -inf: no future within the day), its demand MW)."""
+    highest total output k intervals on, against future[k - 1], each widened by `margin` times that demand),
+    the one furthest out: (its gradient in the dispatch [n_units], its excess MW (> 0: out of reach; -inf: no
+    future within the day), its demand MW)."""
     n_ahead = future.shape[0]
     k = jnp.arange(1, n_ahead + 1, dtype=pg.dtype)[:, None]
-    gaps = jnp.concatenate([jnp.sum(jnp.maximum(pmin, pg - k * ramp), 1) - future,
-                            future - jnp.sum(jnp.minimum(pmax, pg + k * ramp), 1)])
+    wide = margin * jnp.abs(future)
+    gaps = jnp.concatenate([jnp.sum(jnp.maximum(pmin, pg - k * ramp), 1) - future + wide,
+                            future - jnp.sum(jnp.minimum(pmax, pg + k * ramp), 1) + wide])
     gaps = jnp.where(jnp.isnan(gaps), -jnp.inf, gaps)              # intervals past the day's end never bind
     i = jnp.argmax(gaps)
     # the gradient of that one condition, from its k (not all 2K rows built and one picked: a gather under vmap)

@@ -142,7 +142,7 @@ class Workflow:
         if env is None:
             env, env_params = make(config.task, split="train")
         if not isinstance(env, Shielded):
-            env = shield(env, env_params, getattr(config, "safety", "off"))
+            env = shield(env, env_params, getattr(config, "safety", "off"), getattr(config, "reach_margin", 0.0))
         self.layer_on = isinstance(env, Shielded)
         self.env, self.env_params = env, env_params
         self.obs_dim = env.observation_space(env_params).shape[0]
