@@ -93,17 +93,23 @@ def build_rollout(env, params, n_envs: int):
     return run
 
 
+def best_call(run, args: tuple, repeats: int) -> tuple[float, float]:
+    """(best seconds of `run(key, *args)` over `repeats` calls with keys 1.., seconds of the first call with
+    key 0: compile + run)."""
+    t0 = time.perf_counter()
+    jax.block_until_ready(run(jax.random.key(0), *args))
+    first, best = time.perf_counter() - t0, float("inf")
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(run(jax.random.key(i + 1), *args))
+        best = min(best, time.perf_counter() - t0)
+    return best, first
+
+
 def env_rate(task: str, layer: bool, n_envs: int, repeats: int) -> tuple[float, float]:
     """(env-steps/s, compile s) of the rollout of `n_envs` envs."""
     env, params = task_env(task, layer)
-    run = build_rollout(env, params, n_envs)
-    t0 = time.perf_counter()
-    jax.block_until_ready(run(jax.random.key(0), params))
-    compile_s, best = time.perf_counter() - t0, float("inf")
-    for i in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(run(jax.random.key(i + 1), params))
-        best = min(best, time.perf_counter() - t0)
+    best, compile_s = best_call(build_rollout(env, params, n_envs), (params,), repeats)
     return n_envs * params.max_steps / best, compile_s
 
 
@@ -246,12 +252,7 @@ def profile_calls(run, args: tuple, steps: int, top: int) -> tuple[list[str], fl
     import tempfile
 
     sources = op_sources(run.lower(jax.random.key(0), *args).compile().as_text())
-    jax.block_until_ready(run(jax.random.key(0), *args))
-    best = float("inf")
-    for i in range(2):
-        t0 = time.perf_counter()
-        jax.block_until_ready(run(jax.random.key(i + 1), *args))
-        best = min(best, time.perf_counter() - t0)
+    best = best_call(run, args, 2)[0]
     with tempfile.TemporaryDirectory() as where:
         with jax.profiler.trace(where):
             for i in range(2):

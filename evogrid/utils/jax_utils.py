@@ -185,11 +185,10 @@ def day_rows(tables, day, t) -> list:
     its own gather (no copy of the tables a step)."""
     if jax.default_backend() == "cpu" or len(tables) == 1:
         return [day_row(x, day, t) for x in tables]
-    n_days, steps = tables[0].shape[:2]
-    flat = [x.reshape(n_days * steps, int(np.prod(x.shape[2:]))) for x in tables]
-    rows = take_rows(jnp.concatenate(flat, 1), day * steps + t)
-    cuts = np.cumsum([f.shape[1] for f in flat])[:-1].tolist()
-    return [r.reshape(x.shape[2:]) for r, x in zip(jnp.split(rows, cuts, axis=-1), tables)]
+    flat = [x.reshape(x.shape[:2] + (int(np.prod(x.shape[2:])),)) for x in tables]
+    rows = day_row(jnp.concatenate(flat, -1), day, t)
+    cuts = np.cumsum([f.shape[-1] for f in flat])[:-1].tolist()
+    return [r.reshape(x.shape[2:]) for r, x in zip(jnp.split(rows, cuts), tables)]
 
 
 def held_least_norm_step(a, r, x, lo, hi, free, weight, damping):
