@@ -211,14 +211,16 @@ def test_the_run_header_says_what_stands_between_the_network_and_the_grid():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("safety", ["on", "off"])
-def test_eval_compares_with_the_operators_baselines_under_the_runs_safety_setting(safety):
+@pytest.mark.parametrize("safety, margin", [("on", 0.0), ("off", 0.0), ("on", 0.02)])
+def test_eval_compares_with_the_operators_baselines_under_the_runs_safety_setting(safety, margin):
     """The myopic and MPC rows of an evaluation are the operator's baselines played as the policy was (with
-    the layer for a layered run), and the printout says so."""
+    the layer for a layered run), and the printout says so; a policy whose layer widened its look-ahead
+    (`reach_margin`) is told apart from the baselines' layer, which does not."""
     from evogrid import baselines
     from evogrid.workflows import ECConfig, ECWorkflow
 
-    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=4, episodes_per_individual=1, hidden=(4,), safety=safety))
+    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=4, episodes_per_individual=1, hidden=(4,), safety=safety,
+                             reach_margin=margin))
     result = wf.report(wf.init())
     ops = baselines.baseline("tso-case5", operators=True)["summary"]["operators"]
     tag = "+layer" if safety == "on" else ""
@@ -226,5 +228,10 @@ def test_eval_compares_with_the_operators_baselines_under_the_runs_safety_settin
     assert result["myopic_gap_pct"] == ops["myopic" + tag]["gap_pct"] != ops["myopic" + ("" if tag else "+layer")]["gap_pct"]
     assert result["mpc_feasible_share"] == ops["mpc" + tag]["feasible_solved_share"]
     said = "with the safety layer, as the policy was" if safety == "on" else "without the safety layer, as the policy was"
+    if margin:
+        said = "with the safety layer, without the policy's reach margin"
+        assert result["reach_margin"] == margin and result["units"]["reach_margin"] == "share of the forecast demand"
+    else:
+        assert "reach_margin" not in result
     assert said in str(result) and "gap_to_oracle_pct" in str(result)
     assert result["units"]["return"] == wf.env.units(wf.env_params)["return"]

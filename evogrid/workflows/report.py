@@ -29,6 +29,8 @@ def units_of(workflow, result: dict) -> dict:
             out[key] = "policies"
         elif key in ("front_feasible", "archive_feasible"):
             out[key] = "policies within every limit on every test day"
+        elif key == "reach_margin":
+            out[key] = "share of the forecast demand"
         elif key.endswith("_share"):
             out[key] = "share of test days"
         elif key.endswith("_pct"):
@@ -75,7 +77,17 @@ def report(workflow, ev) -> dict:
             out.update(myopic_return=s["myopic_return"], myopic_gap_pct=s["myopic_gap_pct"],
                        myopic_feasible_share=s["myopic_feasible_share"], baselines_layer="off")
     result = {**out, **days, "safety_layer": "on" if layer_on else "off"}
+    margin = getattr(workflow.env, "layer", None) if layer_on else None
+    if getattr(margin, "reach_margin", 0.0):   # the policy's layer widened its look-ahead; the baselines' did not
+        result["reach_margin"] = margin.reach_margin
     return Report({**result, "units": units_of(workflow, result)})
+
+
+def _as_the_policy(ev: dict, layer: str) -> str:
+    """How the baselines' layer compares with the policy's, for `format_report`'s last line."""
+    if layer != ev.get("safety_layer"):
+        return ""
+    return ", as the policy was" if not ev.get("reach_margin") else ", without the policy's reach margin"
 
 
 def format_report(ev: dict) -> str:
@@ -84,7 +96,7 @@ def format_report(ev: dict) -> str:
     width = max(len(k) for k in shown)
     layer = ev.get("baselines_layer")
     said = (f"\n  (the operator's myopic{' and MPC' if 'mpc_gap_pct' in ev else ''} baselines played "
-            f"{'with' if layer == 'on' else 'without'} the safety layer{', as the policy was' if layer == ev.get('safety_layer') else ''})"
+            f"{'with' if layer == 'on' else 'without'} the safety layer{_as_the_policy(ev, layer)})"
             if layer else "")
     return "evaluation of the chosen policy on the test days:\n" + "\n".join(
         f"  {k:<{width}}  {v:<11.6g} {units.get(k, '')}".rstrip() for k, v in shown.items()) + said
