@@ -133,6 +133,30 @@ def test_backup_covers_what_the_grid_cannot(params):
         assert float(i["fuel_l"]) > 0
 
 
+def test_float32_days_match_float64():
+    """Random days played in float32 and in float64 (the same actions) reach the same returns to 1e-5: the
+    backup starts the diesel only for what the battery cannot take, not for the rounding residual of a
+    recomputed balance (which had float32 days 0.6% off float64's, and a TPU's 0.2% off the CPU's)."""
+    actions = np.asarray(jax.random.uniform(jax.random.key(7), (8, 288, 4), jnp.float32, -1.0, 1.0))
+
+    def returns(dtype):
+        params = make_dcmg_params(n_days=2)
+        params = jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
+
+        def day(acts):
+            def body(state, action):
+                _, state, reward, _, _, _ = ENV.step_env(jax.random.key(0), state, action, params)
+                return state, reward
+            return jnp.sum(jax.lax.scan(body, ENV.reset_to_day(0, params)[1], acts.astype(dtype))[1])
+
+        return np.asarray(jax.jit(jax.vmap(day))(actions), np.float64)
+
+    single = returns(jnp.float32)
+    with jax.enable_x64(True):
+        double = returns(jnp.float64)
+    np.testing.assert_allclose(single, double, rtol=1e-5)
+
+
 def test_bad_dcmg_config():
     with pytest.raises(ValueError, match="deferrable"):
         make_dcmg_params(deferrable=1.5)

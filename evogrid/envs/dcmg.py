@@ -135,9 +135,11 @@ class DCMicrogridEnv(Environment):
             p_ch, p_dis = battery_limits(params.battery, state.soc, dt)
             applied = jnp.clip(request, -p_ch, p_dis)
             short = jnp.maximum(load - diesel - applied[0] - pv - params.grid_cap, 0.0)
-            applied = jnp.minimum(applied + short, p_dis)
-            request = jnp.where(short > 0, applied, request)   # as asked where nothing is short (its clipping reported)
-            short = jnp.maximum(load - diesel - applied[0] - pv - params.grid_cap, 0.0)
+            extra = jnp.minimum(short, p_dis[0] - applied[0])   # what the battery takes of it
+            request = jnp.where(short > 0, applied + extra, request)   # as asked where nothing is short (its clipping reported)
+            # what it cannot take: exactly 0 where it takes it all (the balance recomputed would leave a rounding
+            # residual above 0 there, and start the diesel at its minimum: float32 and float64 disagreed so)
+            short = short - extra
             diesel = jnp.where(short > 0, jnp.clip(jnp.maximum(diesel + short, d_min), 0.0, params.diesel_max), diesel)
             on = on | (short > 0)
         soc, p_bat, clipped = battery_step(params.battery, state.soc, request, dt)
