@@ -75,8 +75,9 @@ def layer_choices(task: str, which: str = "both") -> tuple[bool, ...]:
     return layers if which == "both" else tuple(x for x in layers if x)
 
 
-def build_rollout(env, params, n_envs: int):
-    """jit(key, params) -> (obs, reward [N, T], costs [N, T, C], done): the peer's complete pattern."""
+def build_rollout(env, params, n_envs: int, block: int | None = None):
+    """jit(key, params) -> (obs, reward [N, T], costs [N, T, C], done): the peer's complete pattern (`block` steps an
+    iteration of the loop, see `scan_rollout`)."""
     from evogrid.utils.jax_utils import batch_reset, scan_rollout, split_key_for_envs
 
     horizon, n_act = params.max_steps, env.action_space(params).shape[0]
@@ -86,7 +87,7 @@ def build_rollout(env, params, n_envs: int):
         k_reset, k_act, k_roll = jax.random.split(key, 3)
         _, states = batch_reset(env, split_key_for_envs(k_reset, n_envs), params)
         actions = jax.random.uniform(k_act, (n_envs, horizon, n_act), minval=-1.0, maxval=1.0)
-        one = lambda s, k, a: scan_rollout(env, k, s, params, a)  # noqa: E731
+        one = lambda s, k, a: scan_rollout(env, k, s, params, a, block)  # noqa: E731
         _, obs, reward, costs, done, _ = jax.vmap(one)(states, split_key_for_envs(k_roll, n_envs), actions)
         return obs, reward, costs, done
 
@@ -106,10 +107,10 @@ def best_call(run, args: tuple, repeats: int) -> tuple[float, float]:
     return best, first
 
 
-def env_rate(task: str, layer: bool, n_envs: int, repeats: int) -> tuple[float, float]:
+def env_rate(task: str, layer: bool, n_envs: int, repeats: int, block: int | None = None) -> tuple[float, float]:
     """(env-steps/s, compile s) of the rollout of `n_envs` envs."""
     env, params = task_env(task, layer)
-    best, compile_s = best_call(build_rollout(env, params, n_envs), (params,), repeats)
+    best, compile_s = best_call(build_rollout(env, params, n_envs, block), (params,), repeats)
     return n_envs * params.max_steps / best, compile_s
 
 
@@ -238,10 +239,10 @@ def op_sources(text: str) -> dict[str, str]:
     return out
 
 
-def profile(task: str, layer: bool, n_envs: int, top: int) -> tuple[list[str], float, float]:
+def profile(task: str, layer: bool, n_envs: int, top: int, block: int | None = None) -> tuple[list[str], float, float]:
     """The `top` ops of the device's time in two traced calls of the task's rollout (see `profile_calls`)."""
     env, params = task_env(task, layer)
-    return profile_calls(build_rollout(env, params, n_envs), (params,), n_envs * params.max_steps, top)
+    return profile_calls(build_rollout(env, params, n_envs, block), (params,), n_envs * params.max_steps, top)
 
 
 def profile_calls(run, args: tuple, steps: int, top: int) -> tuple[list[str], float, float]:
@@ -302,6 +303,8 @@ def main(argv=None):
                     help="envs/agree parts: the bare env, the env behind its layer, or both (default)")
     ap.add_argument("--probe", type=int, default=64, help="fits part: the smaller batch compiled (default 64)")
     ap.add_argument("--budget", type=float, default=20.0, help="skip a task's larger sizes once one call takes this many s")
+    ap.add_argument("--block", type=int, default=None, help="envs/profile parts: steps an iteration of the rollout's "
+                    "loop (`evogrid.rollout.scan_steps`; default: its own, 8 on an accelerator, 1 on the CPU)")
     ap.add_argument("--top", type=int, default=15, help="profile part: how many ops to list (default 15)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -318,12 +321,12 @@ def main(argv=None):
     say(f"# {device_line()}")
     opened = resident_gib()   # the device runtime's own host memory (13 GiB on a TPU v5e host) is in from here
     if "envs" in parts:
-        say("\n| task | layer | N envs | env-steps/s | compile s |")
+        say(f"\n| task | layer | N envs | env-steps/s{f' ({args.block} steps a loop iteration)' if args.block else ''} | compile s |")
         say("|---|---|---|---|---|")
         for task in tasks:
             for layer in layer_choices(task, args.layers):
                 for n in sizes:
-                    rate, compile_s = env_rate(task, layer, n, args.repeats)
+                    rate, compile_s = env_rate(task, layer, n, args.repeats, args.block)
                     say(f"| {task} | {'on' if layer else 'off'} | {n:,} | {rate:,.0f} | {compile_s:.1f} |")
                     if n * 48 / rate > args.budget:
                         break
@@ -380,7 +383,7 @@ def main(argv=None):
     if "profile" in parts:
         for task in tasks:
             for layer in layer_choices(task, args.layers):
-                rows, ms, rate = profile(task, layer, sizes[0], args.top)
+                rows, ms, rate = profile(task, layer, sizes[0], args.top, args.block)
                 say(f"\n{task}, layer {'on' if layer else 'off'}, {sizes[0]:,} envs ({rate:,.0f} env-steps/s): the device's "
                     f"ops, {ms:,.1f} ms a call")
                 say("| op | share | us a call | events a call | shape, source, op name |")

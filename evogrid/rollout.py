@@ -63,8 +63,39 @@ class Transition(NamedTuple):
         return self.terminated | self.truncated
 
 
+LOOP_BLOCK = 8   # steps an iteration of a rollout's loop on an accelerator (`scan_steps`)
+
+
+def scan_steps(body, carry, xs, steps: int, block: int | None = None):
+    """`jax.lax.scan(body, carry, xs)` over `steps` steps, `block` of them an iteration of the loop, their
+    outputs stacked and written together: the same steps, to float rounding (XLA fuses the block's steps
+    together), and `block` copies of the body to compile. A loop that stacks each step's outputs writes a
+    step's slice of the trajectory into the accelerator's tiles of eight rows one row at a time: on a TPU v5e
+    at 16,384 envs a block of 8 ran `scan_rollout` with every output kept 1.44x faster on tso-case118 (12.0M
+    -> 17.3M env-steps/s), 1.37x on tso-case14, 1.10x on dso-case33bw, dcmg the same, and
+    `make_random_rollout` 1.27x, 1.24x and 1.09x (tso-case118, tso-case14, dcmg), compiling 1.0-1.6x as long.
+    Default: LOOP_BLOCK on an accelerator where it divides `steps`, else 1 (the CPU, where blocks only add
+    compile time)."""
+    if block is None:
+        block = LOOP_BLOCK if jax.default_backend() != "cpu" and steps % LOOP_BLOCK == 0 else 1
+    if not isinstance(block, int) or block < 1 or steps % block:
+        raise ValueError(f"block must be a positive divisor of the {steps} steps, got {block!r}")
+    if block == 1:
+        return jax.lax.scan(body, carry, xs)
+
+    def blocked(carry, xs):
+        outs = []
+        for i in range(block):
+            carry, out = body(carry, jax.tree.map(lambda x: x[i], xs))
+            outs.append(out)
+        return carry, jax.tree.map(lambda *o: jnp.stack(o), *outs)
+
+    carry, ys = jax.lax.scan(blocked, carry, jax.tree.map(lambda x: x.reshape(steps // block, block, *x.shape[1:]), xs))
+    return carry, jax.tree.map(lambda y: y.reshape(steps, *y.shape[2:]), ys)
+
+
 def collect(env, params, policy, key, state, obs, steps: int, *, reset: bool = True, inputs=None, fold=None, acc=None,
-            until=None):
+            until=None, block: int = 1):
     """Run `policy` in `env` (a single env or a `TrainingWrapper` batch) for `steps` steps.
 
     policy(key, obs) -> (action, aux), or policy(key, obs, x) with `inputs` (per-step values
@@ -73,7 +104,10 @@ def collect(env, params, policy, key, state, obs, steps: int, *, reset: bool = T
     accumulator. With `reset=True` the carried obs and state pass `stop_gradient` (as
     `env.step_auto_reset` does). With `until(acc) -> bool` the loop is a `while_loop` that also
     stops once `until` holds (e.g. every episode of the batch has ended): transitions are then
-    not kept (None), and the steps it skips are the ones that would not change `acc`.
+    not kept (None), and the steps it skips are the ones that would not change `acc`. `block`: steps an
+    iteration of the scan (`scan_steps`; one by default: a training step's time is in its updates, and
+    blocks multiply its compile time: PPO on tso-case14, TPU v5e, 4,096 envs, the same 0.058 s an iteration,
+    its compile 38 s -> 118 s with blocks of 8).
     """
     k_step = jax.random.split(key, steps)
     k_reset = reset_key(k_step)
@@ -105,7 +139,7 @@ def collect(env, params, policy, key, state, obs, steps: int, *, reset: bool = T
 
         _, state, obs, acc = jax.lax.while_loop(keep_going, one, (jnp.int32(0), state, obs, acc))
         return state, obs, None, acc
-    (state, obs, acc), traj = jax.lax.scan(body, (state, obs, acc), (k_step, k_reset, k_act, inputs))
+    (state, obs, acc), traj = scan_steps(body, (state, obs, acc), (k_step, k_reset, k_act, inputs), steps, block)
     return state, obs, traj, acc
 
 
@@ -236,7 +270,7 @@ def batch_step(env, keys, states, actions, params):
     return jax.vmap(env.step_auto_reset, in_axes=(0, 0, 0, None))(keys, states, actions, params)
 
 
-def scan_rollout(env, key, init_state, params, actions):
+def scan_rollout(env, key, init_state, params, actions, block: int | None = None):
     """Fixed-length auto-reset rollout of one env with pre-generated actions [T, *action_shape].
 
     Step t uses the t-th key of `jax.random.split(key, T)` exactly as `env.step_auto_reset` would (the
@@ -244,7 +278,8 @@ def scan_rollout(env, key, init_state, params, actions):
     info_traj), stacked on T; obs_traj[t] is the observation after step t (already the next episode's after
     a `done`). Each step's outputs are stacked as the step makes them: stacking the observation carried into
     the next step (as `collect`'s transitions do) and shifting it after the loop copied the whole trajectory
-    once more (TPU v5e, tso-case118, 16,384 envs: 9% of the rollout).
+    once more (TPU v5e, tso-case118, 16,384 envs: 9% of the rollout). `block`: steps an iteration of the
+    loop (`scan_steps`).
     """
     k_step = jax.random.split(key, actions.shape[0])
 
@@ -254,7 +289,8 @@ def scan_rollout(env, key, init_state, params, actions):
         obs, state = jax.lax.stop_gradient(env.auto_reset(kr, obs, state, done, params))
         return state, (obs, reward, costs, done, info)
 
-    final_state, (obs, reward, costs, done, info) = jax.lax.scan(body, init_state, (k_step, reset_key(k_step), actions))
+    final_state, (obs, reward, costs, done, info) = scan_steps(body, init_state, (k_step, reset_key(k_step), actions),
+                                                              actions.shape[0], block)
     return final_state, obs, reward, costs, done, info
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from evogrid.envs import TrainingWrapper, make
-from evogrid.rollout import EpisodeStats, collect, track_episodes
+from evogrid.rollout import EpisodeStats, collect, scan_rollout, scan_steps, track_episodes
 
 ENV, PARAMS = make("tso-case5", max_steps=3, n_days=4)
 
@@ -31,6 +31,27 @@ def test_truncation_final_obs_and_resets_match_env_step():
     np.testing.assert_allclose(np.asarray(final_obs), np.asarray(o), rtol=1e-5)  # measured 1.1e-6 on a |flow| / rating entry
     assert int(final_state.time_step) == int(s.time_step) == 1
     assert not np.allclose(np.asarray(tr.next_obs[2]), np.asarray(tr.obs[3]))  # end of day != next day's start
+
+
+def test_blocks_of_steps_give_the_same_rollout():
+    """Steps run in blocks of an iteration of the loop (the accelerator's default) give `collect` and
+    `scan_rollout` the same trajectory as one step an iteration: the same keys, actions, resets and
+    outputs, to float rounding."""
+    obs, state = ENV.reset(jax.random.key(1), PARAMS)
+    acts = jax.random.uniform(jax.random.key(2), (12, 5), minval=-1.0, maxval=1.0)
+    play = lambda k, o, a: (a, None)  # noqa: E731
+    runs = {}
+    for block in (1, 4, 12):
+        def run(s, o, block=block):
+            traj = collect(ENV, PARAMS, play, jax.random.key(3), s, o, 12, inputs=acts, block=block)[2]
+            return traj, scan_rollout(ENV, jax.random.key(3), s, PARAMS, acts, block)[1:]
+        runs[block] = jax.jit(run)(state, obs)
+    assert int(np.asarray(runs[1][0].done).sum()) == 4   # four 3-step days: the blocks straddle the resets
+    for block in (4, 12):
+        for a, b in zip(jax.tree.leaves(runs[1]), jax.tree.leaves(runs[block])):
+            np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="block must be a positive divisor of the 12 steps, got 5"):
+        scan_steps(lambda c, x: (c, x), 0, jnp.zeros(12), 12, 5)
 
 
 def test_termination_is_not_truncation():
