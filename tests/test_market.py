@@ -10,6 +10,7 @@ from scipy.optimize import linprog
 
 from evogrid.envs import GenCoMarketEnv, MarketMARLEnv, make, make_market_params
 from evogrid.physics.market import merit_order
+from evogrid.workflows.base import FEASIBLE_TOL
 
 ENV = GenCoMarketEnv()
 
@@ -134,6 +135,35 @@ def test_profits_and_thermal_cost_by_hand_in_merit_mode():
 
 
 @pytest.mark.slow
+def test_the_thermal_channel_counts_overloads_not_round_off():
+    """Random days of case5 cleared in float32 and in float64 (the same mark-ups): the lines the clearing loads
+    to their ratings read a unit in the last place above them in float32 on almost every day (63 of 64 days
+    of another draw counted as over a limit, none in float64, and a TPU's and its host's counted different
+    ones); within `market.rounding` of a rating the thermal channel counts nothing, and no day is over a
+    limit in either; the copper-plate clearing's real overloads are still counted (test above)."""
+    actions = np.asarray(jax.random.uniform(jax.random.key(4), (16, 48, 5), jnp.float32, -1.0, 1.0))
+
+    def thermal(dtype):
+        params = make_market_params("5", n_days=2)
+        params = jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, params)
+
+        def day(acts):
+            def body(state, action):
+                _, state, _, costs, _, info = ENV.step_env(jax.random.key(0), state, action, params)
+                return state, (costs[1], info["lmp"])
+            return jax.lax.scan(body, ENV.reset_to_day(0, params)[1], acts.astype(dtype))[1]
+
+        return jax.jit(jax.vmap(day))(actions)
+
+    single, prices = thermal(jnp.float32)
+    with jax.enable_x64(True):
+        double, prices64 = thermal(jnp.float64)
+    for thermal_days in (single, double):   # no day over a limit (the float64 LP's vertex: 6e-15 MW at most)
+        assert np.asarray(thermal_days, np.float64).sum(1).max() <= FEASIBLE_TOL
+    np.testing.assert_allclose(np.asarray(prices), np.asarray(prices64), rtol=1e-4, atol=1e-3)   # the same clearings
+    assert np.mean(np.abs(np.asarray(prices64) - np.asarray(prices64)[:, :, :1]) > 1.0) > 0.1   # congested: prices differ by bus
+
+
 def test_market_marl_view_gives_each_company_its_profit():
     params = make_market_params("5", n_days=1, max_steps=4, companies=[(0, 1), (2,), (3, 4)])
     marl = MarketMARLEnv(ENV, params)
