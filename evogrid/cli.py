@@ -306,9 +306,10 @@ def _layer_words(workflow) -> str:
         start += "; the MLP outputs set-points"
     if not getattr(workflow, "layer_on", False):
         return "safety layer off: the raw policy" + start
-    margin = getattr(workflow.env.layer, "reach_margin", 0.0)
-    reach = f", its look-ahead's demands widened by {margin:.1%}" if margin else ""
-    return f"safety layer on: {type(workflow.env.layer).__name__}{reach}" + start
+    layer = workflow.env.layer
+    said = {"reach_margin": "its look-ahead's demands widened by {:.1%}", "line_margin": "its lines' ratings cut by {:.1%}"}
+    margins = "".join(f", {said[name].format(getattr(layer, name))}" for name in said if getattr(layer, name, 0.0))
+    return f"safety layer on: {type(layer).__name__}{margins}" + start
 
 
 def _check_memory(values: dict, config, workflow) -> None:

@@ -55,6 +55,9 @@ class ConstraintConfig(Config):
     reach_margin: float = param(0.0, "the security redispatch's look-ahead keeps each forecast demand within the "
                                 "ramps' reach widened by this share of it (for the forecast's error; DC transmission "
                                 "tasks; 0.01 kept tso-case2000goc's end-of-day drops in reach)", lo=0.0, hi=0.5)
+    line_margin: float = param(0.0, "the security redispatch holds each line within its rating cut by this share "
+                               "(room for what later intervals' redispatch cannot undo within the ramps; DC "
+                               "transmission tasks)", lo=0.0, hi=0.5)
 
 
 @struct.dataclass

@@ -208,6 +208,9 @@ def test_the_run_header_says_what_stands_between_the_network_and_the_grid():
     assert plain == "safety layer on: RedispatchLayer"
     raw = _layer_words(ECWorkflow(ECConfig(task="tso-case5", pop_size=8, safety="off", policy_output="setpoint")))
     assert raw == "safety layer off: the raw policy; the MLP outputs set-points"
+    kept = _layer_words(ECWorkflow(ECConfig(task="tso-case5", pop_size=8, reach_margin=0.01, line_margin=0.025)))
+    assert kept == ("safety layer on: RedispatchLayer, its look-ahead's demands widened by 1.0%, its lines' ratings "
+                    "cut by 2.5%")
 
 
 @pytest.mark.slow
@@ -215,12 +218,13 @@ def test_the_run_header_says_what_stands_between_the_network_and_the_grid():
 def test_eval_compares_with_the_operators_baselines_under_the_runs_safety_setting(safety, margin):
     """The myopic and MPC rows of an evaluation are the operator's baselines played as the policy was (with
     the layer for a layered run), and the printout says so; a policy whose layer widened its look-ahead
-    (`reach_margin`) is told apart from the baselines' layer, which does not."""
+    and kept its lines below their ratings (`reach_margin`, `line_margin`) is told apart from the baselines'
+    layer, which does neither."""
     from evogrid import baselines
     from evogrid.workflows import ECConfig, ECWorkflow
 
     wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=4, episodes_per_individual=1, hidden=(4,), safety=safety,
-                             reach_margin=margin))
+                             reach_margin=margin, line_margin=margin / 2))
     result = wf.report(wf.init())
     ops = baselines.baseline("tso-case5", operators=True)["summary"]["operators"]
     tag = "+layer" if safety == "on" else ""
@@ -229,9 +233,10 @@ def test_eval_compares_with_the_operators_baselines_under_the_runs_safety_settin
     assert result["mpc_feasible_share"] == ops["mpc" + tag]["feasible_solved_share"]
     said = "with the safety layer, as the policy was" if safety == "on" else "without the safety layer, as the policy was"
     if margin:
-        said = "with the safety layer, without the policy's reach margin"
+        said = "with the safety layer, without the policy's reach margin and line margin"
         assert result["reach_margin"] == margin and result["units"]["reach_margin"] == "share of the forecast demand"
+        assert result["line_margin"] == margin / 2 and result["units"]["line_margin"] == "share of each line's rating"
     else:
-        assert "reach_margin" not in result
+        assert "reach_margin" not in result and "line_margin" not in result
     assert said in str(result) and "gap_to_oracle_pct" in str(result)
     assert result["units"]["return"] == wf.env.units(wf.env_params)["return"]

@@ -85,9 +85,10 @@ def _nearest_secure_dispatch(pg, lo, hi, sens, offset, rate):
     return res.x
 
 
-@pytest.mark.parametrize("ramp_per_hour, action, atol", [(100.0, [-1.0, -1.0, 1.0, -1.0, 1.0], 0.05),
-                                                         (0.5, [-1.0, -1.0, 1.0, -1.0, 1.0], 0.6)])  # windows bind
-def test_security_redispatch_is_the_nearest_dispatch_within_the_ratings(ramp_per_hour, action, atol):
+@pytest.mark.parametrize("ramp_per_hour, action, atol, margin", [(100.0, [-1.0, -1.0, 1.0, -1.0, 1.0], 0.05, 0.0),
+                                                                 (0.5, [-1.0, -1.0, 1.0, -1.0, 1.0], 0.6, 0.0),  # windows bind
+                                                                 (100.0, [-1.0, -1.0, 1.0, -1.0, 1.0], 2.0, 0.05)])
+def test_security_redispatch_is_the_nearest_dispatch_within_the_ratings(ramp_per_hour, action, atol, margin):
     """Case5 at 1.2 x its loads, the units at buses 3 and 5 asked for (nearly) full output: line 4-5 would
     carry more than its 240 MW (test_envs). Through the layer the step's dispatch keeps the total, stays
     within every unit's ramp window, every flow is within its rating (the thermal channel is 0) and it is
@@ -95,17 +96,18 @@ def test_security_redispatch_is_the_nearest_dispatch_within_the_ratings(ramp_per
     the same set less the redispatch's margins (SECURE_MARGIN below each rating, WINDOW_MARGIN of the slack
     unit's window inside its ends), to 0.05 MW. Where the windows bind (20 MW/step ramps) the clip-and-
     rebalance steps are not an exact projection and stop once every flow is within its rating: within
-    0.6 MW of the reference, moving at most 1.002 times as far. Without the look-ahead (lookahead=0)."""
+    0.6 MW of the reference, moving at most 1.002 times as far. Without the look-ahead (lookahead=0). With a
+    line margin of 5%, within the ratings cut by 5%, where a unit's limit binds: within 2 MW (1.5 measured)."""
     with jax.enable_x64(True):
         load = np.broadcast_to(1.2 * load_case("5").bus[:, PD], (1, 4, 5))
         params = make_trans_params("5", max_steps=4, n_days=1, default_ramp_per_hour=ramp_per_hour, load_p=load)
-        layer = redispatch_layer(params, lookahead=0)
+        layer = redispatch_layer(params, lookahead=0, line_margin=margin)
         action = jnp.array(action)
         state = _start(params)
         _, asked, _, asked_costs, _, _ = TransGridEnv().step_env(jax.random.key(0), state, action, params)
         (_, new, _, costs, _, _), _ = _layered_step(params, state, action, layer)
         assert float(asked_costs[0]) > 0.01 and abs(float(asked.flow[5])) > 241.0
-        assert float(costs[0]) == 0.0 and np.all(np.abs(np.asarray(new.flow)) <= np.asarray(params.rate))
+        assert float(costs[0]) == 0.0 and np.all(np.abs(np.asarray(new.flow)) <= np.asarray(params.rate) * (1 - margin))
         np.testing.assert_allclose(np.sum(new.pg), np.sum(asked.pg), rtol=1e-12)
         lo, hi = (np.asarray(x) for x in ramp_window(state.pg, params))
         assert np.all(np.asarray(new.pg) >= lo - 1e-9) and np.all(np.asarray(new.pg) <= hi + 1e-9)
@@ -117,7 +119,7 @@ def test_security_redispatch_is_the_nearest_dispatch_within_the_ratings(ramp_per
         np.testing.assert_allclose(sens @ np.asarray(new.pg) + offset, np.asarray(new.flow), atol=1e-9)  # affine, as assumed
         inner = WINDOW_MARGIN * (hi - lo) * np.asarray(params.slack)  # the margins the redispatch keeps, given to the reference too
         ref = _nearest_secure_dispatch(np.asarray(asked.pg), lo + inner, hi - inner, sens, offset,
-                                       np.asarray(params.rate) * (1 - SECURE_MARGIN))
+                                       np.asarray(params.rate) * (1 - margin) * (1 - SECURE_MARGIN))
         moved, least = np.linalg.norm(np.asarray(new.pg - asked.pg)), np.linalg.norm(ref - np.asarray(asked.pg))
         np.testing.assert_allclose(np.asarray(new.pg), ref, atol=atol)
         assert moved <= 1.002 * least, (moved, least)
@@ -594,9 +596,13 @@ def test_layer_bad_input():
         make_layer(env, params, "maybe")
     with pytest.raises(ValueError, match=r"reach_margin must be a share in \[0, 1\)"):
         redispatch_layer(params, reach_margin=-0.01)
+    with pytest.raises(ValueError, match=r"line_margin must be a share in \[0, 1\) of each line's rating"):
+        redispatch_layer(params, line_margin=1.0)
     env, params = make("dso-case33bw", n_days=2)
     with pytest.raises(ValueError, match="reach_margin is the security redispatch's"):
         make_layer(env, params, "auto", reach_margin=0.01)
+    with pytest.raises(ValueError, match="line_margin is the security redispatch's"):
+        make_layer(env, params, "auto", line_margin=0.01)
     with pytest.raises(ValueError, match="forecast_error must be >= 0"):
         make("tso-case5", n_days=2, forecast_error=-0.01)
 
@@ -615,10 +621,12 @@ def test_bad_safety_requests_are_one_line_and_write_nothing(tmp_path, capsys, ar
     assert not (tmp_path / "run").exists()
 
 
-def test_the_reach_margin_goes_from_the_config_to_the_layer():
-    """`--reach-margin` (every workflow config's `reach_margin`) is the redispatch's; 0 leaves it as it was."""
+def test_the_margins_go_from_the_config_to_the_layer():
+    """`--reach-margin` and `--line-margin` (every workflow config's `reach_margin`, `line_margin`) are the
+    redispatch's; 0 leaves it as it was."""
     from evogrid.workflows import ECConfig, ECWorkflow
 
-    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=4, reach_margin=0.02))
-    assert wf.layer_on and wf.env.layer.reach_margin == 0.02
-    assert ECWorkflow(ECConfig(task="tso-case5", pop_size=4)).env.layer.reach_margin == 0.0
+    wf = ECWorkflow(ECConfig(task="tso-case5", pop_size=4, reach_margin=0.02, line_margin=0.03))
+    assert wf.layer_on and wf.env.layer.reach_margin == 0.02 and wf.env.layer.line_margin == 0.03
+    layer = ECWorkflow(ECConfig(task="tso-case5", pop_size=4)).env.layer
+    assert layer.reach_margin == 0.0 and layer.line_margin == 0.0

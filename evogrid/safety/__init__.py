@@ -7,6 +7,7 @@
 See `layers` for what each layer does and why it is a controller, not part of the environment.
 """
 from evogrid.safety.layers import (
+    MARGINS,
     SAFETY_CHOICES,
     RedispatchLayer,
     ScheduleLayer,
@@ -20,5 +21,5 @@ from evogrid.safety.layers import (
     voltage_layer,
 )
 
-__all__ = ["SAFETY_CHOICES", "RedispatchLayer", "ScheduleLayer", "Shielded", "ShieldedState", "VoltageLayer",
+__all__ = ["MARGINS", "SAFETY_CHOICES", "RedispatchLayer", "ScheduleLayer", "Shielded", "ShieldedState", "VoltageLayer",
            "make_layer", "redispatch_layer", "schedule_layer", "shield", "voltage_layer"]

@@ -81,6 +81,7 @@ from evogrid.safety.voltage import (
 from evogrid.utils.jax_utils import tree_where
 
 SAFETY_CHOICES = ("auto", "on", "off")  # the `safety` config field: auto = on where the task has a layer
+MARGINS = ("reach_margin", "line_margin")   # the security redispatch's settings a workflow's config carries
 _SERIES = ("load_p", "load_q", "load_flow", "pv_avail", "forecast", "init", "init_obs", "outage_schedule", "price")
 
 
@@ -100,6 +101,7 @@ class RedispatchLayer:
     lookahead: int = struct.field(pytree_node=False, default=0)        # forecast intervals kept within reach
     plan_peak: bool = struct.field(pytree_node=False, default=False)
     reach_margin: float = struct.field(pytree_node=False, default=0.0)   # the look-ahead's demands widened by this share
+    line_margin: float = struct.field(pytree_node=False, default=0.0)    # each line's rating cut by this share
 
     def __call__(self, obs, action):
         """(the action [n_units] that asks for the secured dispatch, MWh moved) from the observation the
@@ -124,17 +126,20 @@ class RedispatchLayer:
             ahead = (future, g.pmin, g.pmax, g.ramp, self.reach_margin)
             if self.plan_peak:
                 peak = peak_plan(pg, future, forecast_bus_loads(load_p, total), g.pmin, g.pmax, g.ramp, flows_at)
-        safe = secure_redispatch(pg, lo, hi, demand, flows_at(pg, load_p), sens, g.rate, self.iters, ahead,
+        rate = g.rate * (1.0 - self.line_margin)
+        safe = secure_redispatch(pg, lo, hi, demand, flows_at(pg, load_p), sens, rate, self.iters, ahead,
                                  g.slack, peak)
         return dispatch_action(g, safe, prev), jnp.sum(jnp.abs(safe - pg)) * g.delta_t_hours
 
 
 def redispatch_layer(params: TransParams, iters: int = SECURE_ITERS, lookahead: int | None = None,
-                     plan_peak: bool | None = None, reach_margin: float = 0.0) -> RedispatchLayer:
+                     plan_peak: bool | None = None, reach_margin: float = 0.0, line_margin: float = 0.0) -> RedispatchLayer:
     """The security redispatch of a DC transmission task. `lookahead` (default: LOOKAHEAD_STEPS or the
     observation's forecast steps, if fewer) forecast intervals kept within the ramps' reach, each forecast
-    demand widened by `reach_margin` (a share: the forecast's error) on either side; `plan_peak` (default: on
-    for grids of at most PEAK_PLAN_UNITS units without line outages) plans the forecast peak."""
+    demand widened by `reach_margin` (a share: the forecast's error) on either side; each line held within its
+    rating cut by `line_margin` (a share: room for what the redispatch of later intervals cannot undo within
+    the ramps); `plan_peak` (default: on for grids of at most PEAK_PLAN_UNITS units without line outages)
+    plans the forecast peak."""
     if params.ac:
         raise ValueError("the security redispatch works on the DC flows; the AC transmission tasks' layer is the "
                          "voltage schedule (schedule_layer)")
@@ -147,6 +152,8 @@ def redispatch_layer(params: TransParams, iters: int = SECURE_ITERS, lookahead: 
         raise ValueError(f"iters must be an integer >= 1, got {iters!r}")
     if not 0.0 <= reach_margin < 1.0:
         raise ValueError(f"reach_margin must be a share in [0, 1) of the forecast demand, got {reach_margin!r}")
+    if not 0.0 <= line_margin < 1.0:
+        raise ValueError(f"line_margin must be a share in [0, 1) of each line's rating, got {line_margin!r}")
     slots = params.outage_schedule.shape[-1]
     n_units = params.pmax.shape[0]
     if plan_peak is None:   # it costs more with more units; a trip changes the grid it plans the peak on
@@ -155,7 +162,7 @@ def redispatch_layer(params: TransParams, iters: int = SECURE_ITERS, lookahead: 
         raise ValueError("plan_peak needs the look-ahead (a forecast in the observation and lookahead > 0)")
     return RedispatchLayer(grid=_grid_only(params),
                            forecast_steps=n_forecast, outage_slots=slots, iters=iters, lookahead=lookahead,
-                           plan_peak=bool(plan_peak), reach_margin=float(reach_margin))
+                           plan_peak=bool(plan_peak), reach_margin=float(reach_margin), line_margin=float(line_margin))
 
 
 @struct.dataclass
@@ -266,18 +273,22 @@ def voltage_layer(params: DistParams, rounds: int = VOLT_ROUNDS) -> VoltageLayer
     return VoltageLayer(grid=_grid_only(params), rounds=rounds)
 
 
-def make_layer(env, params, safety: str = "on", reach_margin: float = 0.0):
+def make_layer(env, params, safety: str = "on", **margins):
     """The safety layer of a task, or None: `safety` "on" (a task without one is refused), "auto" (the
-    layer where the task has one) or "off". `reach_margin`: the security redispatch's (`redispatch_layer`);
-    refused where the layer is another."""
+    layer where the task has one) or "off". `margins` (`MARGINS`: reach_margin, line_margin): the security
+    redispatch's (`redispatch_layer`); refused where the layer is another."""
     if safety not in SAFETY_CHOICES:
         raise ValueError(f"safety must be one of {', '.join(SAFETY_CHOICES)}, got {safety!r}")
     if safety == "off":
         return None
+    unknown = set(margins) - set(MARGINS)
+    if unknown:
+        raise TypeError(f"make_layer takes the margins {', '.join(MARGINS)}, not {', '.join(sorted(unknown))}")
     if type(env) is TransGridEnv and not params.ac:
-        return redispatch_layer(params, reach_margin=reach_margin)
-    if reach_margin:
-        raise ValueError(f"reach_margin is the security redispatch's (the DC transmission tasks' layer); "
+        return redispatch_layer(params, **margins)
+    asked = [name for name, value in margins.items() if value]
+    if asked:
+        raise ValueError(f"{asked[0]} is the security redispatch's (the DC transmission tasks' layer); "
                          f"{type(env).__name__}{' (AC mode)' if getattr(params, 'ac', False) else ''} has none: leave it at 0")
     if type(env) is TransGridEnv and params.voltage_control and not params.outage_schedule.shape[-1]:
         return schedule_layer(params)
@@ -352,7 +363,7 @@ class Shielded(Environment):
         return getattr(self.env, name)
 
 
-def shield(env, params, safety: str = "on", reach_margin: float = 0.0):
-    """`Shielded(env, make_layer(env, params, safety, reach_margin))`, or `env` itself where there is no layer."""
-    layer = make_layer(env, params, safety, reach_margin)
+def shield(env, params, safety: str = "on", **margins):
+    """`Shielded(env, make_layer(env, params, safety, **margins))`, or `env` itself where there is no layer."""
+    layer = make_layer(env, params, safety, **margins)
     return env if layer is None else Shielded(env, layer)

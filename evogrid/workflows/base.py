@@ -133,7 +133,7 @@ class Workflow:
         evaluation use them too. With the config's `safety` on (or "auto" on a task that has one) the
         task's safety layer stands between every policy the workflow plays and the env (`evogrid.safety`);
         `self.layer_on` says whether it does; `self.own_params` whether you passed the env."""
-        from evogrid.safety import Shielded, shield
+        from evogrid.safety import MARGINS, Shielded, shield
         from evogrid.utils.jax_utils import keep_compiled_programs
 
         keep_compiled_programs()   # as the CLI: programs compiled once are kept on disk (EVOGRID_COMPILE_CACHE=0: off)
@@ -142,7 +142,8 @@ class Workflow:
         if env is None:
             env, env_params = make(config.task, split="train")
         if not isinstance(env, Shielded):
-            env = shield(env, env_params, getattr(config, "safety", "off"), getattr(config, "reach_margin", 0.0))
+            env = shield(env, env_params, getattr(config, "safety", "off"),
+                         **{name: getattr(config, name, 0.0) for name in MARGINS})
         self.layer_on = isinstance(env, Shielded)
         self.env, self.env_params = env, env_params
         self.obs_dim = env.observation_space(env_params).shape[0]

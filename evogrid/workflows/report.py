@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import sys
 
+from evogrid.safety.layers import MARGINS
+
 
 class Report(dict):
     """figure name -> value (per-day figures as lists; "units": name -> unit); `str()` is the printed table."""
@@ -31,6 +33,8 @@ def units_of(workflow, result: dict) -> dict:
             out[key] = "policies within every limit on every test day"
         elif key == "reach_margin":
             out[key] = "share of the forecast demand"
+        elif key == "line_margin":
+            out[key] = "share of each line's rating"
         elif key.endswith("_share"):
             out[key] = "share of test days"
         elif key.endswith("_pct"):
@@ -77,9 +81,10 @@ def report(workflow, ev) -> dict:
             out.update(myopic_return=s["myopic_return"], myopic_gap_pct=s["myopic_gap_pct"],
                        myopic_feasible_share=s["myopic_feasible_share"], baselines_layer="off")
     result = {**out, **days, "safety_layer": "on" if layer_on else "off"}
-    margin = getattr(workflow.env, "layer", None) if layer_on else None
-    if getattr(margin, "reach_margin", 0.0):   # the policy's layer widened its look-ahead; the baselines' did not
-        result["reach_margin"] = margin.reach_margin
+    layer = getattr(workflow.env, "layer", None) if layer_on else None
+    for name in MARGINS:   # the policy's layer kept margins; the baselines' did not
+        if getattr(layer, name, 0.0):
+            result[name] = getattr(layer, name)
     return Report({**result, "units": units_of(workflow, result)})
 
 
@@ -87,7 +92,8 @@ def _as_the_policy(ev: dict, layer: str) -> str:
     """How the baselines' layer compares with the policy's, for `format_report`'s last line."""
     if layer != ev.get("safety_layer"):
         return ""
-    return ", as the policy was" if not ev.get("reach_margin") else ", without the policy's reach margin"
+    kept = [name.replace("_", " ") for name in MARGINS if ev.get(name)]
+    return ", as the policy was" if not kept else f", without the policy's {' and '.join(kept)}"
 
 
 def format_report(ev: dict) -> str:
