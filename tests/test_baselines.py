@@ -386,6 +386,27 @@ def test_perturbed_demonstrations_are_situations_the_env_can_produce_labelled_by
         operators.demonstrations(tso_env, tso_params, augment=1)
 
 
+def test_demonstrations_are_cached_per_layer_setting(tmp_path, monkeypatch):
+    """The MPC's demonstrations played behind the redispatch with another setting (a margin, its iterations)
+    are other observations: another cache entry, not the first one's; the same setting reads the cache."""
+    from evogrid.baselines import operators
+    from evogrid.safety import shield
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    played = []
+
+    def play(env, params, days, *progress):
+        played.append(env.layer.line_margin)
+        return np.full((1, 2), float(len(played))), np.zeros((1, 2))
+
+    monkeypatch.setattr(operators, "demonstrations", play)
+    env, params = make("tso-case5", max_steps=2, n_days=2)
+    first = baselines.demonstrations(shield(env, params), params, [0])[0]
+    other = baselines.demonstrations(shield(env, params, line_margin=0.02), params, [0])[0]
+    again = baselines.demonstrations(shield(env, params), params, [0])[0]
+    assert played == [0.0, 0.02] and float(first[0, 0]) == float(again[0, 0]) == 1.0 and float(other[0, 0]) == 2.0
+
+
 @pytest.mark.slow
 def test_ders_schedule_uses_the_batteries_and_replays_feasible():
     """ders-case141 (float64), one test day: the multi-period schedule (batteries, tariff) replays with every

@@ -111,12 +111,11 @@ def baseline(task: str, split: str = "test", refresh: bool = False, operators: b
 def demonstrations(env, params, days, augment: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """`operators.demonstrations` (the operator's MPC's observations and actions on `days` of `params`, with
     `augment` perturbed copies of each), cached on disk (.npz, keyed by the params' leaves, the days, the
-    copies and whether `env` carries a safety layer), with per-day progress on stderr."""
+    copies and the safety layer `env` carries, with its settings), with per-day progress on stderr."""
     from evogrid.baselines.operators import demonstrations as play
-    from evogrid.safety import Shielded
 
     days = list(days)
-    layer = type(env.layer).__name__ if isinstance(env, Shielded) else "raw"
+    layer = _layer_tag(env)
     tag = hashlib.sha256(str(days).encode()).hexdigest()[:8]
     copies = f"-{augment}copies" if augment else ""
     path = _cache_path(f"demonstrations-{layer}-{len(days)}days{copies}-{tag}", "mpc", params, observed=True)
@@ -131,6 +130,20 @@ def demonstrations(env, params, days, augment: int = 0) -> tuple[np.ndarray, np.
     np.savez(buffer, obs=obs, actions=actions)
     atomic_write(path, buffer.getvalue())
     return obs, actions
+
+
+def _layer_tag(env) -> str:
+    """"raw", or the safety layer's name and a digest of its settings (its static fields: iterations,
+    look-ahead, margins): the MPC played behind another layer made other observations."""
+    import dataclasses
+
+    from evogrid.safety import Shielded
+
+    if not isinstance(env, Shielded):
+        return "raw"
+    settings = [(f.name, getattr(env.layer, f.name)) for f in dataclasses.fields(env.layer)
+                if not f.metadata.get("pytree_node", True)]
+    return f"{type(env.layer).__name__}-{hashlib.sha256(repr(settings).encode()).hexdigest()[:8]}"
 
 
 def reference(task: str) -> Reference | None:
