@@ -27,6 +27,8 @@ Parts:
   audit  the optimised program the device compiles for a task's rollout: every matrix product (dot,
          convolution) with the precision the compiler gave it and the source line it came from; any that
          runs at the default (on a TPU: bfloat16 passes) is the physics losing digits.
+  blocks the rollouts above and `make_random_rollout` (rewards, costs and infos kept) at one step an iteration of
+         their loop and at `rollout.LOOP_BLOCK` (`scan_steps`: the accelerator's default), `--sizes`' first N.
   profile where a task's rollout spends its time (`--sizes`' first N, `--layers`): two calls traced with
          jax.profiler, the device's ops summed by name, the `--top` largest with their share of the ops' time
          and the source line and op name the compiled program gives each (a fusion: its root's).
@@ -92,6 +94,21 @@ def build_rollout(env, params, n_envs: int, block: int | None = None):
         return obs, reward, costs, done
 
     return run
+
+
+def block_rows(task: str, n_envs: int, repeats: int) -> list[str]:
+    """Table rows of the bare rollouts at one step an iteration of their loop and at LOOP_BLOCK."""
+    from evogrid.envs import make
+    from evogrid.rollout import LOOP_BLOCK, make_random_rollout
+
+    env, params = make(task)
+    steps, rows = n_envs * params.max_steps, []
+    for what, build in (("scan_rollout, every output", lambda b: build_rollout(env, params, n_envs, b)),
+                        ("make_random_rollout", lambda b: make_random_rollout(env, params, n_envs, params.max_steps, b))):
+        rates = [best_call(build(block), (params,), repeats) for block in (1, LOOP_BLOCK)]
+        rows.append(f"| {task} | {what} | {n_envs:,} | {steps / rates[0][0]:,.0f} | {steps / rates[1][0]:,.0f} | "
+                    f"{rates[0][0] / rates[1][0]:.2f} | {rates[0][1]:.1f}, {rates[1][1]:.1f} |")
+    return rows
 
 
 def best_call(run, args: tuple, repeats: int) -> tuple[float, float]:
@@ -291,7 +308,7 @@ def resident_gib() -> float:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="small sizes (any machine)")
-    ap.add_argument("--parts", default="envs,agree,ec", help="comma-separated: envs, agree, ec, train, fits, audit, profile")
+    ap.add_argument("--parts", default="envs,agree,ec", help="comma-separated: envs, agree, ec, train, fits, audit, blocks, profile")
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--sizes", default=None, help="env batch sizes (default 1024,16384; smoke 16)")
     ap.add_argument("--pops", default=None, help="ECWorkflow populations (default 1024,4096,16384; smoke 16)")
@@ -379,6 +396,14 @@ def main(argv=None):
             say("| op | precision | source, op name | count |")
             say("|---|---|---|---|")
             for row in audit(task, False, sizes[0]):
+                say(row)
+    if "blocks" in parts:
+        from evogrid.rollout import LOOP_BLOCK
+
+        say(f"\n| task | rollout | N envs | env-steps/s, 1 step an iteration | {LOOP_BLOCK} steps | ratio | compile s (1, {LOOP_BLOCK}) |")
+        say("|---|---|---|---|---|---|---|")
+        for task in tasks:
+            for row in block_rows(task, sizes[0], args.repeats):
                 say(row)
     if "profile" in parts:
         for task in tasks:

@@ -294,10 +294,11 @@ def scan_rollout(env, key, init_state, params, actions, block: int | None = None
     return final_state, obs, reward, costs, done, info
 
 
-def make_random_rollout(env, params, n_envs: int, horizon: int):
+def make_random_rollout(env, params, n_envs: int, horizon: int, block: int | None = None):
     """Return `collect(key) -> (reward [N, T], costs [N, T, C], done [N, T], info)` with uniform random
     actions, jitted (the PowerZooJax "complete pattern"). Build it once and call it many times: params
-    are an argument of the compiled program (not baked in), so new values of the same shapes reuse it."""
+    are an argument of the compiled program (not baked in), so new values of the same shapes reuse it.
+    `block`: steps an iteration of the loop (`scan_steps`)."""
     n_act = env.action_space(params).shape
 
     @jax.jit
@@ -305,7 +306,7 @@ def make_random_rollout(env, params, n_envs: int, horizon: int):
         k_reset, k_act, k_roll = jax.random.split(key, 3)
         _, states = batch_reset(env, split_key_for_envs(k_reset, n_envs), params)
         actions = jax.random.uniform(k_act, (n_envs, horizon, *n_act), minval=-1.0, maxval=1.0)
-        one = lambda s, k, a: scan_rollout(env, k, s, params, a)  # noqa: E731
+        one = lambda s, k, a: scan_rollout(env, k, s, params, a, block)  # noqa: E731
         _, _, reward, costs, done, info = jax.vmap(one)(states, split_key_for_envs(k_roll, n_envs), actions)
         return reward, costs, done, info
 

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_accelerator_benchmark_smoke_runs_on_cpu():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "accelerator.py"), "--smoke", "--repeats", "1",
-                          "--tasks", "tso-case5", "--parts", "envs,agree,audit,train,fits,profile", "--top", "3"],
+                          "--tasks", "tso-case5", "--parts", "envs,agree,audit,train,fits,blocks,profile", "--top", "3"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT,
                          env={**os.environ, "EVOGRID_DEVICE_MEMORY": "2GiB"})
     assert out.returncode == 0, out.stderr[-2000:]
@@ -28,6 +28,8 @@ def test_accelerator_benchmark_smoke_runs_on_cpu():
     shares = [float(x) for x in re.findall(r"^\| [\w.-]+ \| ([\d.]+)% \|", block, re.M)]
     assert len(shares) == 3 and 0 < sum(shares) <= 100.0 and shares == sorted(shares, reverse=True), block
     assert "| tso-case5 | 16 | " in out.stdout and "peak host memory:" in out.stdout   # the train loop's row
+    assert "| tso-case5 | scan_rollout, every output | 16 | " in out.stdout   # the blocks part's rows
+    assert "| tso-case5 | make_random_rollout | 16 | " in out.stdout
     # the largest population and env batch in 2 GiB: the population's need per member times it fills what fits
     row = re.search(r"\| tso-case5 \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \|", out.stdout)
     pop, per_1000, envs = (int(g.replace(",", "")) for g in row.groups())
