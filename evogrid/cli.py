@@ -129,6 +129,13 @@ def _all_option_flags() -> dict[str, list[str]]:
     return flags
 
 
+BASELINES = ("all", "oracle")
+BASELINES_HELP = ("the baselines the evaluation compares with: all (default: the task's reference, i.e. its oracle and "
+                  "on the transmission tasks a one-step OPF, and the operator's myopic and MPC with and without the "
+                  "layer; computed once per task and cached, minutes to hours the first time on the pglib grids) or "
+                  "oracle (the task's reference alone)")
+
+
 def _train_parser(config_cls, algorithm: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="evogrid train", description=f"Train with {algorithm}. Options depend on "
                                 "--algorithm: `evogrid train --algorithm NAME --help` lists them.")
@@ -143,6 +150,7 @@ def _train_parser(config_cls, algorithm: str) -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its newest checkpoint, with the run's own config")
     p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--baselines", choices=BASELINES, default="all", help=BASELINES_HELP)
     p.add_argument("--wandb", metavar="PROJECT", help="also log metrics to Weights & Biases (needs `pip install wandb`; "
                    "WANDB_MODE=offline logs locally)")
     p.add_argument("--distributed", action="store_true",
@@ -280,7 +288,7 @@ def _train(argv: list[str]) -> int:
         return 0
     from evogrid.workflows.report import report
 
-    result = report(workflow, ev)
+    result = report(workflow, ev, operators=args.baselines == "all")
     _curve(out, history, config, workflow, result.get("return"))
     (out / "eval.json").write_text(json.dumps(result, indent=1))
     print(result)
@@ -366,7 +374,7 @@ def _eval(args) -> int:
         if not 0 <= args.day < n_days:
             raise UsageError(f"--day must be in [0, {n_days}) ({config.task} has {n_days} test days), got {args.day}")
     print(f"evogrid eval: {config.algorithm} on {config.task} ({_layer_words(workflow)}), checkpoint of generation {step}")
-    result = workflow.report(state)
+    result = workflow.report(state, operators=args.baselines == "all")
     (run / "eval.json").write_text(json.dumps(result, indent=1))
     print(result)
     for what, path in workflow.plot_evaluation(result, run):
@@ -496,6 +504,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("run_dir")
     ev.add_argument("--plot", action="store_true", help="also draw the grid over a test day (RUN/grid_day<N>.png)")
     ev.add_argument("--day", type=int, default=0, help="the test day --plot draws (default 0)")
+    ev.add_argument("--baselines", choices=BASELINES, default="all", help=BASELINES_HELP)
     co = sub.add_parser("config", help="list every config key of an algorithm with its default and help")
     co.add_argument("--algorithm", default=DEFAULT_ALGORITHM)
     ro = sub.add_parser("rollout", help="batched random-policy rollout with a throughput table")

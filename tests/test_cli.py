@@ -138,6 +138,23 @@ def test_rl_algorithms_train_resume_and_eval_from_the_command_line(tmp_path):
     assert ev.returncode == 0 and "checkpoint of generation 4" in ev.stdout, ev.stderr
 
 
+@pytest.mark.slow
+def test_eval_against_the_oracle_alone_skips_the_operators_baselines(tmp_path):
+    """`--baselines oracle` (train and eval): the gap to the oracle without the operator's myopic and MPC, which
+    take minutes to hours the first time on the pglib grids; the reference's own one-step OPF stays."""
+    run = tmp_path / "run"
+    first = _cli("train", "--task", "tso-case5", "--pop", "4", "--episodes-per-individual", "1", "--hidden", "4",
+                 "--generations", "1", "--out", str(run), "--baselines", "oracle")
+    assert first.returncode == 0, first.stderr
+    result = json.loads((run / "eval.json").read_text())
+    assert "gap_to_oracle_pct" in result and "myopic_gap_pct" in result and "mpc_gap_pct" not in result
+    assert result["baselines_layer"] == "off" and "played without the safety layer" in first.stdout
+    ev = _cli("eval", str(run), "--baselines", "oracle")
+    assert ev.returncode == 0 and "mpc_gap_pct" not in ev.stdout and "gap_to_oracle_pct" in ev.stdout, ev.stderr
+    bad = _cli("eval", str(run), "--baselines", "none")
+    assert bad.returncode == 2 and "invalid choice: 'none'" in bad.stderr
+
+
 def test_config_listing_comes_from_the_config_classes():
     from evogrid.workflows import PPOConfig
 

@@ -223,13 +223,13 @@ class Workflow:
             metrics = play_days(self.env, params, policy, key=key)
         return metrics["episode_return"], metrics["episode_cost"]
 
-    def report(self, state):
+    def report(self, state, operators: bool = True):
         """The chosen policy on every test day (`evaluate`) as a labelled `workflows.report.Report`: each figure
-        with its unit, the gap to the task's oracle and the operator's baselines under this run's safety
-        setting (computed once per task and cached). `print()` it for the table `evogrid eval` prints."""
+        with its unit, the gap to the task's oracle and (`operators`) the operator's baselines under this run's
+        safety setting (computed once per task and cached). `print()` it for the table `evogrid eval` prints."""
         from evogrid.workflows.report import report
 
-        return report(self, self.evaluate(state))
+        return report(self, self.evaluate(state), operators)
 
     def validation_score(self, policy):
         """(mean return, summed cost per channel of each validation day [n_val, C]) of a policy."""

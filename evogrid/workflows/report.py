@@ -42,9 +42,9 @@ def units_of(workflow, result: dict) -> dict:
     return out
 
 
-def report(workflow, ev) -> dict:
+def report(workflow, ev, operators: bool = True) -> dict:
     """The evaluation as plain numbers (per-day vectors kept as lists), with the gap to the task's oracle
-    and the myopic baseline's figures where the task has them."""
+    and (`operators`) the operator's baselines' figures where the task has them."""
     import numpy as np
 
     from evogrid import baselines
@@ -59,7 +59,7 @@ def report(workflow, ev) -> dict:
     layer_on = getattr(workflow, "layer_on", False)
     if ref is not None and ref.gap and not workflow.own_params and "day_return" in days:
         try:   # with the operator's baselines (played with and without the layer) where the task has them
-            report = baselines.baseline(task, operators=ref.operators)
+            report = baselines.baseline(task, operators=ref.operators and operators)
         except ImportError as err:   # the AC reference's optional PYPOWER
             print(f"evogrid eval: no gap to the reference: {err}", file=sys.stderr)
             return Report({**out, **days, "safety_layer": "on" if layer_on else "off",
@@ -69,7 +69,7 @@ def report(workflow, ev) -> dict:
             out["gap_to_bound_pct"] = baselines.gap(report, days["day_return"], "bound")[0]
         s = report["summary"]
         out.update(oracle_return=s["oracle_return"])
-        if ref.operators:   # the operator's baselines played as the policy was: with its safety layer or without
+        if ref.operators and operators:   # the operator's baselines played as the policy was: with its layer or without
             ops = s["operators"]
             for name in ("myopic", "mpc"):
                 f = ops.get(name + ("+layer" if layer_on else ""))
