@@ -203,6 +203,28 @@ def test_checkpoint_resume_in_process_and_config_guard(tmp_path, short_task):
         again.learn(again.init(), 4, run_dir=tmp_path / "part", progress=False)
 
 
+def test_a_run_from_before_a_config_field_existed_resumes(tmp_path, short_task):
+    """A checkpoint written before a config field existed (its saved config lacks the key) restores when the
+    field holds its default, and names the field when it does not: runs of an earlier version are not lost."""
+    from evogrid.utils.checkpoint import Checkpointer
+
+    env, params = short_task
+    cfg = ECConfig(task="tso-case5", pop_size=8, episodes_per_individual=1, hidden=(8,), safety="off")
+    wf = ECWorkflow(cfg, env, params)
+    state = wf.init()
+    older = {k: v for k, v in cfg.to_dict().items() if k != "line_margin"}
+    Checkpointer(tmp_path / "checkpoints", older).save(1, state)
+    step, restored = Checkpointer(tmp_path / "checkpoints", cfg.to_dict(), defaults=ECConfig.defaults()).restore_latest(state)
+    assert step == 1
+    for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(restored)):
+        np.testing.assert_array_equal(a, b)
+    margin = dataclasses.replace(cfg, line_margin=0.02).to_dict()
+    with pytest.raises(CheckpointError, match=r"different config \(differs in: line_margin\)"):
+        Checkpointer(tmp_path / "checkpoints", margin, defaults=ECConfig.defaults()).restore_latest(state)
+    with pytest.raises(CheckpointError, match=r"differs in: line_margin"):   # without the defaults: as before
+        Checkpointer(tmp_path / "checkpoints", cfg.to_dict()).restore_latest(state)
+
+
 @pytest.mark.slow
 def test_damaged_newest_checkpoint_falls_back(tmp_path, short_task):
     env, params = short_task

@@ -43,9 +43,13 @@ def _quiet_orbax():
 
 
 class Checkpointer:
-    def __init__(self, directory: str | Path, config: dict, max_to_keep: int = 3):
+    def __init__(self, directory: str | Path, config: dict, max_to_keep: int = 3, defaults: dict | None = None):
+        """`config`: the run's, saved with each checkpoint and compared on restore; `defaults`: the config
+        class's (`Config.defaults()`): a key a checkpoint lacks (written before the field existed) counts as
+        its default."""
         self.directory = Path(directory).absolute()
         self.config = json.loads(json.dumps(config))  # canonical JSON types for comparison
+        self.defaults = json.loads(json.dumps(defaults or {}))
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False)
         with _quiet_orbax():
             self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=("state", "config"))
@@ -94,8 +98,10 @@ class Checkpointer:
             except Exception as err:  # a damaged step: try the one before
                 errors.append(f"step {step}: {type(err).__name__}: {err}")
                 continue
-            if saved_config != self.config:
-                diff = sorted(k for k in set(saved_config) | set(self.config) if saved_config.get(k) != self.config.get(k))
+            absent = object()
+            diff = sorted(k for k in set(saved_config) | set(self.config)
+                          if saved_config.get(k, self.defaults.get(k, absent)) != self.config.get(k, absent))
+            if diff:
                 raise CheckpointError(
                     f"checkpoint in {self.directory} was written with a different config (differs in: "
                     f"{', '.join(diff)}); resume with the same options, or use a new output directory"

@@ -149,6 +149,13 @@ class Config:
         return dataclasses.asdict(self)
 
     @classmethod
+    def defaults(cls) -> dict:
+        """name -> default of every field (a run written before a field existed ran with its default)."""
+        return {f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+                for f in dataclasses.fields(cls)
+                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+
+    @classmethod
     def describe(cls) -> list[tuple[str, str, object, str]]:
         """(name, type, default, help) of every field, for listings and generated options."""
         return [(f.name, _describe(field_type(cls, f.name)), f.default, f.metadata.get("help", ""))

@@ -317,7 +317,7 @@ class Workflow:
             run = RunDir(run_dir)
             if primary:  # other processes may already see the directory process 0 is creating
                 run.check_writable(resume)
-            ckpt = Checkpointer(run.path / "checkpoints", self.config_dict())
+            ckpt = Checkpointer(run.path / "checkpoints", self.config_dict(), defaults=self.config.defaults())
             saved = ckpt.steps()
             restored = None
             if resume and saved:   # the newest checkpoint whose generations all have their metrics rows

@@ -89,7 +89,8 @@ def load(run_dir):
     if not isinstance(values, dict):
         raise ValueError(f"{run / 'config.json'} holds a {type(values).__name__}, not an object of config keys")
     config, workflow = build(values)
-    restored = Checkpointer(run / "checkpoints", config.to_dict()).restore_latest(workflow.state_template())
+    restored = Checkpointer(run / "checkpoints", config.to_dict(), defaults=config.defaults()).restore_latest(
+        workflow.state_template())
     if restored is None:
         raise FileNotFoundError(f"no checkpoint in {run / 'checkpoints'}")
     step, state = restored
