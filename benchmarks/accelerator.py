@@ -98,10 +98,9 @@ def build_rollout(env, params, n_envs: int, block: int | None = None):
 
 def block_rows(task: str, n_envs: int, repeats: int) -> list[str]:
     """Table rows of the bare rollouts at one step an iteration of their loop and at LOOP_BLOCK."""
-    from evogrid.envs import make
     from evogrid.rollout import LOOP_BLOCK, make_random_rollout
 
-    env, params = make(task)
+    env, params = task_env(task, False)
     steps, rows = n_envs * params.max_steps, []
     for what, build in (("scan_rollout, every output", lambda b: build_rollout(env, params, n_envs, b)),
                         ("make_random_rollout", lambda b: make_random_rollout(env, params, n_envs, params.max_steps, b))):

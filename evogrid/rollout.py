@@ -70,10 +70,8 @@ def scan_steps(body, carry, xs, steps: int, block: int | None = None):
     """`jax.lax.scan(body, carry, xs)` over `steps` steps, `block` of them an iteration of the loop, their
     outputs stacked and written together: the same steps, to float rounding (XLA fuses the block's steps
     together), and `block` copies of the body to compile. A loop that stacks each step's outputs writes a
-    step's slice of the trajectory into the accelerator's tiles of eight rows one row at a time: on a TPU v5e
-    at 16,384 envs a block of 8 ran `scan_rollout` with every output kept 1.44x faster on tso-case118 (12.0M
-    -> 17.3M env-steps/s), 1.37x on tso-case14, 1.10x on dso-case33bw, dcmg the same, and
-    `make_random_rollout` 1.27x, 1.24x and 1.09x (tso-case118, tso-case14, dcmg), compiling 1.0-1.6x as long.
+    step's slice of the trajectory into the accelerator's tiles of eight rows one row at a time; a block of 8
+    fills them (TPU v5e: rollouts that keep their outputs up to 1.4x faster; docs/accelerator.md).
     Default: LOOP_BLOCK on an accelerator where it divides `steps`, else 1 (the CPU, where blocks only add
     compile time)."""
     if block is None:
@@ -105,9 +103,8 @@ def collect(env, params, policy, key, state, obs, steps: int, *, reset: bool = T
     `env.step_auto_reset` does). With `until(acc) -> bool` the loop is a `while_loop` that also
     stops once `until` holds (e.g. every episode of the batch has ended): transitions are then
     not kept (None), and the steps it skips are the ones that would not change `acc`. `block`: steps an
-    iteration of the scan (`scan_steps`; one by default: a training step's time is in its updates, and
-    blocks multiply its compile time: PPO on tso-case14, TPU v5e, 4,096 envs, the same 0.058 s an iteration,
-    its compile 38 s -> 118 s with blocks of 8).
+    iteration of the scan (`scan_steps`; one by default: a training step's time is in its updates, where
+    blocks gain nothing and multiply the compile time; docs/accelerator.md).
     """
     k_step = jax.random.split(key, steps)
     k_reset = reset_key(k_step)

@@ -38,9 +38,9 @@ from evogrid.utils.jax_utils import day_row, stop_obs_state_gradient
 
 def rounding(params, inj):
     """The bound on the round-off of each line's flow `ptdf @ inj + f0` [n_line] MW (n eps times the sum of
-    its terms' sizes): a line the clearing loads to its rating reads this much above or below it, which the
-    `thermal` channel does not count (in float32 about one unit in the last place of the rating, 2e-5 MW on
-    gencos-case5, where 63 of 64 random days read above a rating somewhere and none in float64)."""
+    its terms' sizes): a line the clearing loads to its rating reads up to this much above it, which the
+    `thermal` channel does not count (in float32 otherwise almost every day read over a rating, and devices
+    disagreed on which; docs/accelerator.md)."""
     eps = jnp.finfo(inj.dtype).eps * (inj.shape[0] + 1)
     return eps * (jnp.abs(params.ptdf) @ jnp.abs(inj) + jnp.abs(params.f0))
 

@@ -81,7 +81,8 @@ from evogrid.safety.voltage import (
 from evogrid.utils.jax_utils import tree_where
 
 SAFETY_CHOICES = ("auto", "on", "off")  # the `safety` config field: auto = on where the task has a layer
-MARGINS = ("reach_margin", "line_margin")   # the security redispatch's settings a workflow's config carries
+# the security redispatch's margins a workflow's config carries, each with its unit
+MARGINS = {"reach_margin": "share of the forecast demand", "line_margin": "share of each line's rating"}
 _SERIES = ("load_p", "load_q", "load_flow", "pv_avail", "forecast", "init", "init_obs", "outage_schedule", "price")
 
 

@@ -31,10 +31,8 @@ def units_of(workflow, result: dict) -> dict:
             out[key] = "policies"
         elif key in ("front_feasible", "archive_feasible"):
             out[key] = "policies within every limit on every test day"
-        elif key == "reach_margin":
-            out[key] = "share of the forecast demand"
-        elif key == "line_margin":
-            out[key] = "share of each line's rating"
+        elif key in MARGINS:
+            out[key] = MARGINS[key]
         elif key.endswith("_share"):
             out[key] = "share of test days"
         elif key.endswith("_pct"):
