@@ -9,7 +9,7 @@ from conftest import marl_scan
 from scipy.optimize import linprog
 
 from evogrid.envs import GenCoMarketEnv, MarketMARLEnv, make, make_market_params
-from evogrid.physics.market import merit_order
+from evogrid.physics.market import merit_order, vertex
 from evogrid.workflows.base import FEASIBLE_TOL
 
 ENV = GenCoMarketEnv()
@@ -96,6 +96,40 @@ def test_dcopf_in_float32_is_close():
         mw_err.append(np.abs(_per_unit(params, g[i]) - _per_unit(params, ref_g)).max())
     assert max(cost_err) < 1e-3 and np.percentile(lmp_err, 95) < 1e-3, (max(cost_err), np.percentile(lmp_err, 95))
     assert np.percentile(mw_err, 95) < 0.05, np.percentile(mw_err, 95)
+
+
+@pytest.mark.parametrize("slack", [1e-7, 2.0 - 1e-7])
+def test_the_vertex_pivots_from_a_basis_the_point_misreads(slack):
+    """A box LP whose optimum keeps a line slack t 0.001 off its lower bound, given an interior point that stopped
+    with the cheap unit 1e-6 below its capacity and t 1e-7 from one of its bounds (as a float32 point does with
+    its 1e-4 residual): the basis read off the point (the m variables farthest from their bounds) takes the
+    unit and drops t. With t at 0 that basis is not dual feasible (the primal simplex's pivot), with t at its
+    upper bound not primal feasible (the dual simplex's); the point was kept before, one pivot reaches the
+    optimum."""
+    c, a = jnp.array([1.0, 2.0, 0.0]), jnp.array([[1.0, 1.0, 0.0], [1.0, 0.0, -1.0]])   # g1, g2, t
+    b, u = jnp.array([1.5, 0.999]), jnp.array([1.0, 2.0, 2.0])
+    z = jnp.array([1.0 - 1e-6, 0.5, slack])
+    point = (z, u - z, jnp.array([7.0, 7.0]), jnp.ones(3), jnp.ones(3))
+    _, y, found = vertex((c, a, b, u), point, 1e-6, pivots=0)
+    assert not found and np.allclose(y, 7.0)
+    x, y, found = vertex((c, a, b, u), point, 1e-6)
+    assert found
+    np.testing.assert_allclose(x, [1.0, 0.5, 0.001], atol=1e-6)
+    np.testing.assert_allclose(y, [2.0, 0.0], atol=1e-6)   # the expensive unit sets the price; the line is free
+
+
+def test_a_near_degenerate_hour_clears_at_the_optimal_prices_in_float32():
+    """gencos-case5, day 51, interval 21, at mark-ups the chip's rollout drew: a line 0.1 MW inside its rating
+    at the optimum. The float32 interior point ended with the line at its rating and cleared prices 1.5-7
+    $/MWh above HiGHS's (uniform, 18.10) on this CPU and on a TPU; the vertex's pivots reach HiGHS's prices."""
+    env, params = make("gencos-case5")
+    action = np.array([0.7913670539855957, -0.7120668888092041, 0.1824655532836914, 0.5393052101135254, 0.619504451751709])
+    offers = _offers(params, 0.5 * (action + 1.0) * float(params.markup_max))
+    load = np.asarray(params.load, float)[51, 21]
+    _, lmp = jax.jit(env.clear, static_argnums=())(jnp.asarray(offers, jnp.float32), params, jnp.asarray(load, jnp.float32))
+    prices = np.concatenate([offers, np.full(5, float(params.voll))])
+    _, ref, _ = _linprog_dcopf(params, prices, np.concatenate([np.asarray(params.seg_cap, float), load]), load)
+    np.testing.assert_allclose(np.asarray(lmp), ref, atol=1e-3)
 
 
 def test_merit_order_matches_linprog_on_a_copper_plate():

@@ -134,17 +134,26 @@ def box_lp(c, a, b, u, iters: int = 50, tol: float = 1e-10):
     return point
 
 
-def vertex(lp, point, tol: float):
+PIVOTS = 1   # simplex pivots from the identified basis (`vertex`)
+
+
+def vertex(lp, point, tol: float, pivots: int = PIVOTS):
     """The optimal vertex next to an interior-point solution (basis identification, a crossover step).
 
     Variables with the same column and cost (segments of one unit) are merged first: the interior
     point splits them evenly, a vertex fills them in any order. Of the merged variables the m farthest
     from their bounds form the basis B, the others sit at their nearer bound; x_B = B^-1 (b - N x_N),
-    y = B^-T c_B, and a merged value is shared in proportion to the members' bounds. The vertex
-    replaces the point when it is primal and dual feasible to `tol` (relative): it is then optimal,
-    exact to the round-off of one m x m solve, where the interior point carries the round-off of
-    ill-conditioned normal equations. Otherwise (a degenerate basis, a singular B) the point is kept.
-    Returns (z, y, found).
+    y = B^-T c_B. Then `pivots` steps of the bounded simplex: where a basic variable is out of its bounds, the
+    dual simplex's (it leaves at the bound it crossed; the non-basic variable that keeps the reduced costs'
+    signs enters), else the primal simplex's (the variable whose reduced cost most wants it off its bound
+    enters; the first basic variable its move drives to a bound leaves, or it crosses to its other bound). A
+    float32 interior point stops with residuals up to 1000 eps (~0.01-0.1 MW on case5), which can put a line
+    or a unit with that much to spare at its limit: the basis read off the point then misses the optimum by
+    one exchange and the prices jump (float32 against float64 on 24,576 random gencos-case5 hours: 6 steps
+    off, returns 1.7% apart; with one pivot none, 2.6e-7; docs/accelerator.md). A merged value is shared in
+    proportion to the members' bounds. The vertex replaces the point when it is primal and dual feasible to
+    `tol` (relative): it is then optimal, exact to the round-off of one m x m solve.
+    Otherwise (a degenerate basis, a singular B) the point is kept. Returns (z, y, found).
     """
     c, a, b, u = lp
     z, w, y, _, _ = point
@@ -154,17 +163,59 @@ def vertex(lp, point, tol: float):
     first = leader == jnp.arange(n)
     merge = lambda x: jnp.zeros_like(x).at[leader].add(x)  # noqa: E731
     zg, wg, ug = merge(z), merge(w), merge(u)
-    score = jnp.where(first & jnp.any(a != 0, axis=0), jnp.minimum(zg, wg), -1.0)   # empty columns never enter
-    _, basis = largest(score, m)
-    in_basis = jnp.zeros(n, bool).at[basis].set(True)
-    x = jnp.where(first & ~in_basis & (wg < zg), ug, 0.0)
-    big = a[:, basis]
-    x = x.at[basis].set(small_solve(big, b - a @ x))
-    y_v = small_solve(big.T, c[basis])
-    reduced = c - a.T @ y_v
+    column = first & jnp.any(a != 0, axis=0)                            # empty columns never enter
+    _, basis = largest(jnp.where(column, jnp.minimum(zg, wg), -1.0), m)
+    upper = first & (wg < zg)                                           # where a non-basic variable sits
+
+    def solve(basis, upper, extra=None):
+        """(in_basis, x_B, y, reduced costs, extra) of a basis and its non-basic variables' bounds; `extra`
+        (in_basis, reduced) -> a column index q: x_B comes with B^-1 a_q beside it (one elimination)."""
+        in_basis = jnp.any(jnp.arange(n)[:, None] == basis[None, :], axis=1)
+        big = a[:, basis]
+        y_v = small_solve(big.T, c[basis])
+        reduced = c - a.T @ y_v
+        if extra is not None:
+            extra = extra(in_basis, reduced)
+        rhs = b - a @ jnp.where(~in_basis & upper, ug, 0.0)
+        x_b = small_solve(big, rhs if extra is None else jnp.stack([rhs, a[:, extra]], 1))
+        return in_basis, x_b, y_v, reduced, extra
+
+    cols, slots = jnp.arange(n), jnp.arange(m)
+    for _ in range(pivots):
+        def entering(in_basis, reduced):
+            return jnp.argmax(jnp.where(column & ~in_basis, jnp.where(upper, reduced, -reduced), 0.0))
+        in_basis, x_bd, y_v, reduced, q = solve(basis, upper, entering)
+        ub = ug[basis]
+        x_b = x_bd[:, 0]
+        # a basic variable out of its bounds: the dual simplex's pivot (it leaves at the bound it crossed)
+        over = jnp.maximum(-x_b, x_b - ub) / (1 + ub)
+        r_out = jnp.argmax(over)
+        need = jnp.where(x_b[r_out] < 0, 1.0, -1.0)                     # its value must rise (or fall)
+        alpha = a.T @ small_solve(a[:, basis].T, (slots == r_out).astype(a.dtype))   # row r_out of B^-1 A
+        move = jnp.where(upper, -1.0, 1.0)                              # the way each non-basic variable can move
+        eligible = column & ~in_basis & (alpha * move * need < -tol)
+        q_in = jnp.argmin(jnp.where(eligible, jnp.abs(reduced) / jnp.where(eligible, jnp.abs(alpha), 1.0), jnp.inf))
+        dual_go = (over[r_out] > tol) & jnp.any(eligible)
+        # else a non-basic variable whose reduced cost wants it off its bound: the primal simplex's pivot
+        gain = jnp.where(upper[q], reduced[q], -reduced[q])
+        rising = ~upper[q]                                              # the entering variable leaves 0 (or its bound)
+        d = x_bd[:, 1] * jnp.where(rising, 1.0, -1.0)                   # x_B moves by -d a unit of its move
+        room = jnp.where(d > tol, jnp.maximum(x_b, 0.0) / jnp.where(d > tol, d, 1.0),
+                         jnp.where(d < -tol, jnp.maximum(ub - x_b, 0.0) / jnp.where(d < -tol, -d, 1.0), jnp.inf))
+        r = jnp.argmin(room)
+        go = ~(over[r_out] > tol) & (gain > tol)
+        swap = room[r] < ug[q]                                          # a basic variable leaves, else q crosses
+        upper = jnp.where(go & ~swap & (cols == q), rising, upper)
+        upper = jnp.where(go & swap & (cols == basis[r]), d[r] < 0, upper)
+        upper = jnp.where(dual_go & (cols == basis[r_out]), need < 0, upper)
+        basis = jnp.where(go & swap & (slots == r), q, jnp.where(dual_go & (slots == r_out), q_in, basis))
+
+    in_basis, x_b, y_v, reduced, _ = solve(basis, upper)
+    x = jnp.where(~in_basis & upper, ug, 0.0)
+    x = jnp.where(in_basis, jnp.sum(jnp.where(jnp.arange(n)[:, None] == basis[None, :], x_b[None, :], 0.0), axis=1), x)
     slack = tol * (1 + ug)
     primal = jnp.all((x >= -slack) & (x <= ug + slack))
-    dual = jnp.all(in_basis | ~first | jnp.where(x > 0.5 * ug, reduced <= tol, reduced >= -tol))
+    dual = jnp.all(in_basis | ~first | jnp.where(upper, reduced <= tol, reduced >= -tol))
     found = primal & dual & jnp.all(jnp.isfinite(x)) & jnp.all(jnp.isfinite(y_v))
     x = jnp.clip(x, 0.0, ug)[leader] * u / ug[leader]
     return jnp.where(found, x, z), jnp.where(found, y_v, y), found
