@@ -150,9 +150,11 @@ def vertex(lp, point, tol: float, pivots: int = PIVOTS):
     float32 interior point stops with residuals up to 1000 eps (~0.01-0.1 MW on case5), which can put a line
     or a unit with that much to spare at its limit: the basis read off the point then misses the optimum by
     one exchange and the prices jump (float32 against float64 on 24,576 random gencos-case5 hours: 6 steps
-    off, returns 1.7% apart; with one pivot none, 2.6e-7; docs/accelerator.md). A merged value is shared in
-    proportion to the members' bounds. The vertex replaces the point when it is primal and dual feasible to
-    `tol` (relative): it is then optimal, exact to the round-off of one m x m solve.
+    off, returns 1.7% apart; with one pivot none, 3.8e-7; docs/accelerator.md). A merged value is shared in
+    proportion to the members' bounds. B^-1 comes from one elimination and each pivot updates it (the product
+    form), a third of the cost of solving again (docs/accelerator.md). The vertex replaces
+    the point when it is primal and dual feasible to `tol` (relative): it is then optimal, exact to the
+    round-off of one m x m inversion.
     Otherwise (a degenerate basis, a singular B) the point is kept. Returns (z, y, found).
     """
     c, a, b, u = lp
@@ -167,39 +169,34 @@ def vertex(lp, point, tol: float, pivots: int = PIVOTS):
     _, basis = largest(jnp.where(column, jnp.minimum(zg, wg), -1.0), m)
     upper = first & (wg < zg)                                           # where a non-basic variable sits
 
-    def solve(basis, upper, extra=None):
-        """(in_basis, x_B, y, reduced costs, extra) of a basis and its non-basic variables' bounds; `extra`
-        (in_basis, reduced) -> a column index q: x_B comes with B^-1 a_q beside it (one elimination)."""
-        in_basis = jnp.any(jnp.arange(n)[:, None] == basis[None, :], axis=1)
-        big = a[:, basis]
-        y_v = small_solve(big.T, c[basis])
-        reduced = c - a.T @ y_v
-        if extra is not None:
-            extra = extra(in_basis, reduced)
-        rhs = b - a @ jnp.where(~in_basis & upper, ug, 0.0)
-        x_b = small_solve(big, rhs if extra is None else jnp.stack([rhs, a[:, extra]], 1))
-        return in_basis, x_b, y_v, reduced, extra
-
     cols, slots = jnp.arange(n), jnp.arange(m)
+    mv = lambda mat, vec: jnp.sum(mat * vec[None, :], axis=1)  # noqa: E731  (not a dot: see held_least_norm_step)
+
+    def read(basis, upper, inv):
+        """(in_basis, non-basic values, x_B, y, reduced costs) of a basis, its non-basic variables' bounds and B^-1."""
+        in_basis = jnp.any(cols[:, None] == basis[None, :], axis=1)
+        y_v = mv(inv.T, c[basis])
+        x_n = jnp.where(~in_basis & upper, ug, 0.0)
+        return in_basis, x_n, mv(inv, b - mv(a, x_n)), y_v, c - mv(a.T, y_v)
+
+    inv = small_solve(a[:, basis], jnp.eye(m, dtype=a.dtype))          # B^-1, updated by each pivot
     for _ in range(pivots):
-        def entering(in_basis, reduced):
-            return jnp.argmax(jnp.where(column & ~in_basis, jnp.where(upper, reduced, -reduced), 0.0))
-        in_basis, x_bd, y_v, reduced, q = solve(basis, upper, entering)
+        in_basis, _, x_b, y_v, reduced = read(basis, upper, inv)
         ub = ug[basis]
-        x_b = x_bd[:, 0]
         # a basic variable out of its bounds: the dual simplex's pivot (it leaves at the bound it crossed)
         over = jnp.maximum(-x_b, x_b - ub) / (1 + ub)
         r_out = jnp.argmax(over)
         need = jnp.where(x_b[r_out] < 0, 1.0, -1.0)                     # its value must rise (or fall)
-        alpha = a.T @ small_solve(a[:, basis].T, (slots == r_out).astype(a.dtype))   # row r_out of B^-1 A
+        alpha = mv(a.T, inv[r_out])                                     # row r_out of B^-1 A
         move = jnp.where(upper, -1.0, 1.0)                              # the way each non-basic variable can move
         eligible = column & ~in_basis & (alpha * move * need < -tol)
         q_in = jnp.argmin(jnp.where(eligible, jnp.abs(reduced) / jnp.where(eligible, jnp.abs(alpha), 1.0), jnp.inf))
         dual_go = (over[r_out] > tol) & jnp.any(eligible)
         # else a non-basic variable whose reduced cost wants it off its bound: the primal simplex's pivot
+        q = jnp.argmax(jnp.where(column & ~in_basis, jnp.where(upper, reduced, -reduced), 0.0))
         gain = jnp.where(upper[q], reduced[q], -reduced[q])
         rising = ~upper[q]                                              # the entering variable leaves 0 (or its bound)
-        d = x_bd[:, 1] * jnp.where(rising, 1.0, -1.0)                   # x_B moves by -d a unit of its move
+        d = mv(inv, a[:, q]) * jnp.where(rising, 1.0, -1.0)             # x_B moves by -d a unit of its move
         room = jnp.where(d > tol, jnp.maximum(x_b, 0.0) / jnp.where(d > tol, d, 1.0),
                          jnp.where(d < -tol, jnp.maximum(ub - x_b, 0.0) / jnp.where(d < -tol, -d, 1.0), jnp.inf))
         r = jnp.argmin(room)
@@ -208,11 +205,15 @@ def vertex(lp, point, tol: float, pivots: int = PIVOTS):
         upper = jnp.where(go & ~swap & (cols == q), rising, upper)
         upper = jnp.where(go & swap & (cols == basis[r]), d[r] < 0, upper)
         upper = jnp.where(dual_go & (cols == basis[r_out]), need < 0, upper)
-        basis = jnp.where(go & swap & (slots == r), q, jnp.where(dual_go & (slots == r_out), q_in, basis))
+        # the basis's change: slot p takes column e; B^-1 by the product form (its row p over the pivot w_p)
+        change, p, e = go & swap | dual_go, jnp.where(dual_go, r_out, r), jnp.where(dual_go, q_in, q)
+        w_e = mv(inv, a[:, e])
+        row = inv[p] / w_e[p]
+        inv = jnp.where(change, jnp.where((slots == p)[:, None], row[None, :], inv - w_e[:, None] * row[None, :]), inv)
+        basis = jnp.where(change & (slots == p), e, basis)
 
-    in_basis, x_b, y_v, reduced, _ = solve(basis, upper)
-    x = jnp.where(~in_basis & upper, ug, 0.0)
-    x = jnp.where(in_basis, jnp.sum(jnp.where(jnp.arange(n)[:, None] == basis[None, :], x_b[None, :], 0.0), axis=1), x)
+    in_basis, x, x_b, y_v, reduced = read(basis, upper, inv)
+    x = jnp.where(in_basis, jnp.sum(jnp.where(cols[:, None] == basis[None, :], x_b[None, :], 0.0), axis=1), x)
     slack = tol * (1 + ug)
     primal = jnp.all((x >= -slack) & (x <= ug + slack))
     dual = jnp.all(in_basis | ~first | jnp.where(upper, reduced <= tol, reduced >= -tol))
