@@ -182,32 +182,33 @@ def vertex(lp, point, tol: float, pivots: int = PIVOTS):
     inv = small_solve(a[:, basis], jnp.eye(m, dtype=a.dtype))          # B^-1, updated by each pivot
     for _ in range(pivots):
         in_basis, _, x_b, y_v, reduced = read(basis, upper, inv)
-        ub = ug[basis]
+        free, ub = column & ~in_basis, ug[basis]
         # a basic variable out of its bounds: the dual simplex's pivot (it leaves at the bound it crossed)
         over = jnp.maximum(-x_b, x_b - ub) / (1 + ub)
         r_out = jnp.argmax(over)
         need = jnp.where(x_b[r_out] < 0, 1.0, -1.0)                     # its value must rise (or fall)
         alpha = mv(a.T, inv[r_out])                                     # row r_out of B^-1 A
         move = jnp.where(upper, -1.0, 1.0)                              # the way each non-basic variable can move
-        eligible = column & ~in_basis & (alpha * move * need < -tol)
+        eligible = free & (alpha * move * need < -tol)
         q_in = jnp.argmin(jnp.where(eligible, jnp.abs(reduced) / jnp.where(eligible, jnp.abs(alpha), 1.0), jnp.inf))
         dual_go = (over[r_out] > tol) & jnp.any(eligible)
         # else a non-basic variable whose reduced cost wants it off its bound: the primal simplex's pivot
-        q = jnp.argmax(jnp.where(column & ~in_basis, jnp.where(upper, reduced, -reduced), 0.0))
+        q = jnp.argmax(jnp.where(free, jnp.where(upper, reduced, -reduced), 0.0))
         gain = jnp.where(upper[q], reduced[q], -reduced[q])
+        go = ~(over[r_out] > tol) & (gain > tol)                        # never with dual_go
+        e = jnp.where(dual_go, q_in, q)                                 # the entering column
+        w_e = mv(inv, a[:, e])                                          # B^-1 a_e
         rising = ~upper[q]                                              # the entering variable leaves 0 (or its bound)
-        d = mv(inv, a[:, q]) * jnp.where(rising, 1.0, -1.0)             # x_B moves by -d a unit of its move
+        d = w_e * jnp.where(rising, 1.0, -1.0)                          # primal: x_B moves by -d a unit of q's move
         room = jnp.where(d > tol, jnp.maximum(x_b, 0.0) / jnp.where(d > tol, d, 1.0),
                          jnp.where(d < -tol, jnp.maximum(ub - x_b, 0.0) / jnp.where(d < -tol, -d, 1.0), jnp.inf))
         r = jnp.argmin(room)
-        go = ~(over[r_out] > tol) & (gain > tol)
         swap = room[r] < ug[q]                                          # a basic variable leaves, else q crosses
         upper = jnp.where(go & ~swap & (cols == q), rising, upper)
         upper = jnp.where(go & swap & (cols == basis[r]), d[r] < 0, upper)
         upper = jnp.where(dual_go & (cols == basis[r_out]), need < 0, upper)
         # the basis's change: slot p takes column e; B^-1 by the product form (its row p over the pivot w_p)
-        change, p, e = go & swap | dual_go, jnp.where(dual_go, r_out, r), jnp.where(dual_go, q_in, q)
-        w_e = mv(inv, a[:, e])
+        change, p = go & swap | dual_go, jnp.where(dual_go, r_out, r)
         row = inv[p] / w_e[p]
         inv = jnp.where(change, jnp.where((slots == p)[:, None], row[None, :], inv - w_e[:, None] * row[None, :]), inv)
         basis = jnp.where(change & (slots == p), e, basis)

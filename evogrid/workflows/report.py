@@ -56,8 +56,9 @@ def report(workflow, ev, operators: bool = True) -> dict:
     ref = baselines.reference(task)
     layer_on = getattr(workflow, "layer_on", False)
     if ref is not None and ref.gap and not workflow.own_params and "day_return" in days:
+        operators = operators and ref.operators
         try:   # with the operator's baselines (played with and without the layer) where the task has them
-            report = baselines.baseline(task, operators=ref.operators and operators)
+            report = baselines.baseline(task, operators=operators)
         except ImportError as err:   # the AC reference's optional PYPOWER
             print(f"evogrid eval: no gap to the reference: {err}", file=sys.stderr)
             return Report({**out, **days, "safety_layer": "on" if layer_on else "off",
@@ -67,7 +68,7 @@ def report(workflow, ev, operators: bool = True) -> dict:
             out["gap_to_bound_pct"] = baselines.gap(report, days["day_return"], "bound")[0]
         s = report["summary"]
         out.update(oracle_return=s["oracle_return"])
-        if ref.operators and operators:   # the operator's baselines played as the policy was: with its layer or without
+        if operators:   # the operator's baselines played as the policy was: with its layer or without
             ops = s["operators"]
             for name in ("myopic", "mpc"):
                 f = ops.get(name + ("+layer" if layer_on else ""))
