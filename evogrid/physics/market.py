@@ -149,12 +149,11 @@ def vertex(lp, point, tol: float, pivots: int = PIVOTS):
     enters; the first basic variable its move drives to a bound leaves, or it crosses to its other bound). A
     float32 interior point stops with residuals up to 1000 eps (~0.01-0.1 MW on case5), which can put a line
     or a unit with that much to spare at its limit: the basis read off the point then misses the optimum by
-    one exchange and the prices jump (float32 against float64 on 24,576 random gencos-case5 hours: 6 steps
-    off, returns 1.7% apart; with one pivot none, 3.8e-7; docs/accelerator.md). A merged value is shared in
-    proportion to the members' bounds. B^-1 comes from one elimination and each pivot updates it (the product
-    form), a third of the cost of solving again (docs/accelerator.md). The vertex replaces
-    the point when it is primal and dual feasible to `tol` (relative): it is then optimal, exact to the
-    round-off of one m x m inversion.
+    one exchange and the prices jump (the chip's gencos-case5 disagreement; docs/accelerator.md). A merged
+    value is shared in proportion to the members' bounds. B^-1 comes from one elimination and each pivot
+    updates it (the product form), cheaper than solving again. The vertex replaces the point when it is
+    primal and dual feasible to `tol` (relative): it is then optimal, exact to the round-off of one m x m
+    inversion.
     Otherwise (a degenerate basis, a singular B) the point is kept. Returns (z, y, found).
     """
     c, a, b, u = lp
