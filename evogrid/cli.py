@@ -264,7 +264,7 @@ def _train(argv: list[str]) -> int:
     if warning and primary:
         print(f"evogrid: warning: {warning}", file=sys.stderr)
     try:
-        _check_memory(values, config, workflow)
+        _check_memory(values, config, workflow, args.checkpoint_every)
     except ValueError as err:
         raise UsageError(str(err)) from None
     state = None if args.resume else workflow.init()   # resumed: the checkpoint's, or init() where there is none
@@ -320,13 +320,15 @@ def _layer_words(workflow) -> str:
     return f"safety layer on: {type(layer).__name__}{margins}" + start
 
 
-def _check_memory(values: dict, config, workflow) -> None:
+def _check_memory(values: dict, config, workflow, checkpoint_every: int) -> None:
     """On a device that says how much memory it holds (a GPU or TPU, or EVOGRID_DEVICE_MEMORY), refuse a
-    population (--pop) or, for the RL algorithms, an env batch (--envs) whose step would not fit, before the
-    run's own compile (`utils.memory.check_batch`: the same step compiled at two smaller batches)."""
+    population (--pop) or, for the RL algorithms, an env batch (--envs) whose program would not fit, before
+    the run starts: the run's own program compiled for a state of its shapes (`state_template`; the
+    compilation cache keeps the program for the run; `utils.memory.check_batch` names the largest batch that
+    fits)."""
     import jax
 
-    from evogrid.utils.memory import check_batch, device_memory
+    from evogrid.utils.memory import check_batch, device_memory, program_bytes
     from evogrid.workflows.registry import step_bytes
 
     limit = device_memory()
@@ -338,9 +340,15 @@ def _check_memory(values: dict, config, workflow) -> None:
         field, flag, what, multiple = "num_envs", "--envs", "one iteration", getattr(config, "minibatches", 1)
     else:
         return
-
-    check_batch(lambda n: step_bytes({**values, field: n}, workflow.env, workflow.env_params), getattr(config, field),
-                limit, flag, f" on {config.task} ({what})", multiple)
+    try:
+        need = program_bytes(workflow.lower_steps(workflow.state_template(), checkpoint_every))
+    except jax.errors.JaxRuntimeError as err:
+        if "RESOURCE_EXHAUSTED" not in str(err):
+            raise
+        need = None   # its compile ran out of the device's memory
+    check_batch(need, getattr(config, field), limit,
+                lambda n: step_bytes({**values, field: n}, workflow.env, workflow.env_params), flag,
+                f" on {config.task} ({what})", multiple)
 
 
 def _size_warning(config, workflow) -> str | None:

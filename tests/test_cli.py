@@ -89,6 +89,20 @@ def test_cli_errors_name_the_problem(args, message):
     assert out.returncode == 2 and message in out.stderr
 
 
+def test_the_memory_check_compiles_the_runs_own_program_once(tmp_path):
+    """On a device that says how much memory it holds (here EVOGRID_DEVICE_MEMORY), the check before the run
+    compiles the run's own program (`Workflow.lower_steps`) and the run loads it from the compilation cache:
+    an empty cache ends the run holding one `steps` program (two where the run's program differed from the
+    checked one) and no `step` program (the smaller batches' probes that named the largest fitting one)."""
+    cache = tmp_path / "jax"
+    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(cache), "EVOGRID_DEVICE_MEMORY": "16GiB"}
+    out = _cli("train", *ARGS, "--pop", "256", "--generations", "2", "--quiet", "--baselines", "oracle",
+               "--out", str(tmp_path / "run"), env=env)
+    assert out.returncode == 0, out.stderr
+    programs = [p.name.split("-")[0] for p in cache.iterdir()]
+    assert programs.count("jit_steps") == 1 and "jit_step" not in programs, sorted(programs)
+
+
 def test_config_file_typos_are_named(tmp_path):
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"task": "tso-case5", "popsize": 8}))

@@ -1,11 +1,13 @@
-"""Will a run's batch fit the device's memory? Answered before the run's own program is compiled.
+"""Will a run's batch fit the device's memory? Answered by the run's own program, compiled before it starts.
 
 A population (or env batch) too large for a chip's memory otherwise ends in XLA's RESOURCE_EXHAUSTED after
-the set-up and a long compile. `check_batch` compiles the same program at two smaller batches (a sixteenth
+the set-up and a long compile. The CLI compiles the run's program ahead of the run (nothing is allocated; JAX's
+persistent compilation cache keeps it, so the run does not compile it again) and reads the bytes it needs
+(`memory_analysis`: arguments, outputs and temporaries). Only where those exceed the device's memory (or the
+compile itself runs out of it) does `check_batch` compile the program at two smaller batches (a sixteenth
 and an eighth of the asked one, at least 64 and 128: below that the batch-independent parts, such as the
-validation days' rollout, hide the per-member part), reads the bytes each needs (`memory_analysis`:
-arguments, outputs and temporaries; nothing is allocated), extrapolates linearly and refuses a batch that
-would not fit, in one line that names the largest that does.
+validation days' rollout, hide the per-member part), extrapolate linearly and refuse the batch in one line
+that names the largest that fits.
 """
 from __future__ import annotations
 
@@ -44,24 +46,28 @@ def program_bytes(lowered) -> int:
     return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes - m.alias_size_in_bytes)
 
 
-def check_batch(bytes_at, batch: int, limit: int, what: str, context: str = "", multiple: int = 1) -> None:
-    """Raise ValueError in one line where `batch` would need more than `limit` bytes.
+def check_batch(need: int | None, batch: int, limit: int, bytes_at, what: str, context: str = "",
+                multiple: int = 1) -> None:
+    """Raise ValueError in one line where `batch` needs more than `limit` bytes.
 
-    `bytes_at(n)`: the bytes of the program at batch n (`program_bytes`), asked at two smaller batches; the
-    need at `batch` is their line extended (a fixed part, the shared data, and a part per member). A batch of
-    at most 2 * SMALLEST is not checked. `what` names the batch as the user set it (e.g. "--pop"), `context`
-    follows it in the message; every batch asked and named is a multiple of `multiple`."""
+    `need`: the bytes of the run's program at `batch` (`program_bytes`), or None where its compile ran out
+    of memory. Where it does not fit, `bytes_at(n)` (the bytes of the program at batch n) is asked at two
+    smaller batches; their line extended names the largest batch that fits (and the need, where unknown).
+    `what` names the batch as the user set it (e.g. "--pop"), `context` follows it in the message; every
+    batch asked and named is a multiple of `multiple`."""
+    if need is not None and need <= limit:
+        return
     n1 = max(SMALLEST, batch // 16) // multiple * multiple
-    if 2 * n1 >= batch:
-        return
-    fixed, per = memory_line(bytes_at, n1)
-    need = fixed + per * batch
-    if need <= limit:
-        return
-    fits = largest_batch(fixed, per, limit, multiple)
-    hint = (f"the largest {what} that fits is about {fits:,}" if fits >= 1
-            else "not even 1 fits (the shared data alone is too large)")
-    raise ValueError(f"{what} {batch:,}{context} needs about {_size(need)} of device memory and the device holds "
+    if 2 * n1 < batch:
+        fixed, per = memory_line(bytes_at, n1)
+        need = need if need is not None else fixed + per * batch
+        fits = min(largest_batch(fixed, per, limit, multiple), batch - multiple)   # the line is an estimate
+        hint = (f"the largest {what} that fits is about {fits:,}" if fits >= 1
+                else "not even 1 fits (the shared data alone is too large)")
+    else:
+        hint = f"a smaller {what} may fit"
+    amount = f"about {_size(need)}" if need is not None else "more"
+    raise ValueError(f"{what} {batch:,}{context} needs {amount} of device memory and the device holds "
                      f"{_size(limit)}: {hint}")
 
 

@@ -200,6 +200,12 @@ class Workflow:
         _, state, buf = jax.lax.while_loop(lambda c: c[0] < n, body, (jnp.int32(0), state, buf))
         return state, buf
 
+    def lower_steps(self, state, checkpoint_every: int):
+        """`steps` as `learn(..., checkpoint_every=checkpoint_every)` calls it, lowered for `state`: its
+        `.compile()` leaves the run's program in JAX's persistent compilation cache (`keep_compiled_programs`),
+        so the run that follows does not compile it again (the CLI's memory check reads it)."""
+        return type(self).steps.lower(self, state, jnp.int32(1), _divisor_at_most(checkpoint_every, MAX_STEPS_PER_CALL))
+
     @jit_method()
     def evaluate(self, state):
         return self._evaluate(state)
