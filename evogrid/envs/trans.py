@@ -92,7 +92,7 @@ from evogrid.envs.trans_rules import (
     setpoints_in_band,
     start_dispatch,
 )
-from evogrid.physics.ac import CHORD_Q_ITERS, bus_types
+from evogrid.physics.ac import CHORD_Q_ITERS, DERIVATIVE_ITERS, bus_types
 from evogrid.physics import (
     ACNetwork,
     ChordQLimits,
@@ -175,6 +175,7 @@ class TransParams(EnvParams):
     ac: bool = struct.field(pytree_node=False, default=False)
     voltage_control: bool = struct.field(pytree_node=False, default=False)
     ac_iters: int = struct.field(pytree_node=False, default=10)
+    ac_derivative_iters: int = struct.field(pytree_node=False, default=DERIVATIVE_ITERS)   # chord_q_limits' own
 
 
 class TransGridEnv(Environment):
@@ -459,7 +460,8 @@ def _solve(pg, vset, load_p, load_q, load_flow, state, params: TransParams, out)
         if params.ac_chord is None:
             v, converged, _, _ = newton_raphson_q_limits(params.acn, s_bus, q_lo, q_hi, v0, iters=params.ac_iters, v_set=v0)
         else:
-            v, converged, _, _ = chord_q_limits(params.acn, s_bus, q_lo, q_hi, params.ac_chord, v0, iters=params.ac_iters)
+            v, converged, _, _ = chord_q_limits(params.acn, s_bus, q_lo, q_hi, params.ac_chord, v0, iters=params.ac_iters,
+                                                 derivative_iters=params.ac_derivative_iters)
     else:
         jinv = None if params.ac_chord is None else params.ac_chord.jinv
         v, converged, _ = newton_raphson(params.acn, s_bus, v0, iters=params.ac_iters, jacobian_inverse=jinv)

@@ -280,7 +280,7 @@ def make_chord_q_limits(net: ACNetwork, v) -> ChordQLimits:
 
 def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max: jnp.ndarray, chord: ChordQLimits,
                    v0: jnp.ndarray | None = None, iters: int = CHORD_Q_ITERS, tol: float | None = None,
-                   v_set: jnp.ndarray | None = None):
+                   v_set: jnp.ndarray | None = None, derivative_iters: int = DERIVATIVE_ITERS):
     """`newton_raphson_q_limits` shaped for an accelerator: the same PV -> PQ switching and the same answer,
     with no factorisation per env and a fixed count of `iters` iterations (static; no data-dependent loop).
 
@@ -294,9 +294,10 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
     products an iteration, converging linearly: check `converged` (solved, and no PV bus outside its limits).
 
     Returns (v, converged, max_mismatch p.u., switched [n_bus] bool) as `newton_raphson_q_limits`. The
-    derivative is that of the last DERIVATIVE_ITERS iterations, which see the live inputs: it converges to
+    derivative is that of the last `derivative_iters` iterations, which see the live inputs: it converges to
     the solution's (implicit) derivative as the iterate does to the solution (the chord method's one step in
-    `newton_raphson` gives its fixed matrix's)."""
+    `newton_raphson` gives its fixed matrix's); fewer cost less forward-mode work per tangent and leave the
+    values as they are."""
     v0 = net.v0 if v0 is None else v0
     tol = default_tol(v0.real.dtype) if tol is None else tol
     n_bus, n = v0.shape[0], net.pvpq.shape[0]
@@ -347,7 +348,7 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
             return vm_next, va_next, jnp.where(over, qhi, jnp.where(under, qlo, limit)), switched | over | under
         return one
 
-    live = min(DERIVATIVE_ITERS, iters)
+    live = min(derivative_iters, iters)
     carry = jax.lax.fori_loop(0, iters - live, body(net_f, chord_f, s_f), (jnp.abs(v0), jnp.angle(v0), jnp.zeros(n, real), jnp.zeros(n, bool)))
     # the last iterations with the live inputs: their derivative is the fixed point's (the tangent iterates
     # to the implicit derivative as the values do to the solution); the held set-points enter through _held_from

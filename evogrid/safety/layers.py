@@ -69,6 +69,7 @@ from evogrid.safety.redispatch import (
 )
 from evogrid.safety.voltage import (
     SCHEDULE_BUSES,
+    SCHEDULE_DERIVATIVE_ITERS,
     SCHEDULE_MARGIN,
     SCHEDULE_Q_RESERVE,
     SCHEDULE_REACH,
@@ -234,7 +235,7 @@ def schedule_layer(params: TransParams, rounds: int = SCHEDULE_ROUNDS) -> Schedu
         raise ValueError("the voltage schedule reads each bus's reactive load as its active load times a fixed power "
                          "factor; this task's load_q does not keep one (build it with the default load_q)")
     ratio = ratio[0]
-    grid = _grid_only(params)
+    grid = _grid_only(params).replace(ac_derivative_iters=SCHEDULE_DERIVATIVE_ITERS)
     if params.q_min is not None:   # a unit near its absorbing limit counts as at it (see the class docstring)
         grid = grid.replace(q_min=params.q_min + SCHEDULE_Q_RESERVE * (params.q_max - params.q_min))
     return ScheduleLayer(grid=grid, q_ratio=jnp.asarray(ratio, params.pmax.dtype),
