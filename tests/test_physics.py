@@ -375,6 +375,36 @@ def test_a_failed_solve_switches_no_bus():
     assert not np.asarray(switched).any()
 
 
+def test_fewer_derivative_iterations_keep_the_values_and_a_close_derivative():
+    """`chord_q_limits(derivative_iters=10)` (the voltage schedule's flow) returns the default 30's voltages
+    (to rounding) and d|V| / d(set-points) within 1e-3 of it (float64, case14 loads x1.4, units at their limits);
+    1 iteration's derivative is further off (the count is what carries it)."""
+    from evogrid.case.matpower import QD, QMAX, QMIN
+
+    with jax.enable_x64(True):
+        case = load_case("14")
+        case = dataclasses.replace(case, bus=case.bus.copy())
+        case.bus[:, [2, 3]] *= 1.4
+        acn, chord = ph.make_ac_network(case), _base_point_chord("14")
+        s = jnp.asarray(bus_injection_pu(case))
+        held = np.flatnonzero(np.isin(np.arange(case.n_bus), np.asarray(acn.pq), invert=True))
+        qmin, qmax = np.zeros(case.n_bus), np.zeros(case.n_bus)
+        np.add.at(qmin, case.gen_bus, case.gen[:, QMIN])
+        np.add.at(qmax, case.gen_bus, case.gen[:, QMAX])
+        qmin, qmax = (jnp.asarray((q - case.bus[:, QD]) / case.base_mva) for q in (qmin, qmax))
+
+        def vm(vset, live):
+            v0 = acn.v0.at[held].set(vset * jnp.exp(1j * jnp.angle(acn.v0[held])))
+            return jnp.abs(ph.chord_q_limits(acn, s, qmin, qmax, chord, v0, v_set=v0, derivative_iters=live)[0])
+
+        x = jnp.abs(acn.v0[held])
+        v30, v10 = vm(x, 30), vm(x, 10)
+        j30, j10, j1 = (jax.jit(jax.jacfwd(lambda y, n=n: vm(y, n)))(x) for n in (30, 10, 1))
+    np.testing.assert_allclose(np.asarray(v10), np.asarray(v30), rtol=0, atol=1e-12)   # the same iterations, to rounding
+    assert np.abs(np.asarray(j10) - np.asarray(j30)).max() < 1e-3   # measured 1.6e-4 (20: 1e-8, 5: 1.7e-2)
+    assert np.abs(np.asarray(j1) - np.asarray(j30)).max() > 0.1
+
+
 @pytest.mark.parametrize("limits", [False, True, "chord"])
 def test_newton_derivative_with_respect_to_the_set_points(limits):
     """d|V| / d(voltage set-points) through both Newton solvers and the chord method with reactive limits
