@@ -306,6 +306,20 @@ def test_piecewise_linear_cost_matches_pypower():
         np.testing.assert_allclose(np.asarray(ours[row]), totcost(gencost, pg[row]), rtol=1e-12)
 
 
+def _scaled_case(name, scale):
+    """Case `name` with every load scaled by `scale`, and each bus's reactive limits net of its load (p.u.,
+    NumPy float64: [n_bus] q_min, q_max as `newton_raphson_q_limits` takes them)."""
+    from evogrid.case.matpower import QD, QMAX, QMIN
+
+    case = load_case(name)
+    case = dataclasses.replace(case, bus=case.bus.copy())
+    case.bus[:, [2, 3]] *= scale
+    qmin, qmax = np.zeros(case.n_bus), np.zeros(case.n_bus)
+    np.add.at(qmin, case.gen_bus, case.gen[:, QMIN])
+    np.add.at(qmax, case.gen_bus, case.gen[:, QMAX])
+    return case, (qmin - case.bus[:, QD]) / case.base_mva, (qmax - case.bus[:, QD]) / case.base_mva
+
+
 def _base_point_chord(name):
     """`chord_q_limits`'s matrices at case `name`'s own solved operating point (as the AC tasks build them)."""
     base = ph.make_ac_network(load_case(name))
@@ -323,20 +337,12 @@ def test_q_limits_match_pandapower(name, scale, solver):
     import pandapower as pp
     import pandapower.networks as pn
 
-    from evogrid.case.matpower import QD, QMAX, QMIN
-
     net = getattr(pn, f"case{name}")()
     net.load.p_mw *= scale
     net.load.q_mvar *= scale
     pp.runpp(net, tolerance_mva=1e-9, init="flat", numba=False, enforce_q_lims=True)
     with jax.enable_x64(True):
-        case = load_case(name)
-        case = dataclasses.replace(case, bus=case.bus.copy())
-        case.bus[:, [2, 3]] *= scale
-        qmin, qmax = np.zeros(case.n_bus), np.zeros(case.n_bus)
-        np.add.at(qmin, case.gen_bus, case.gen[:, QMIN])
-        np.add.at(qmax, case.gen_bus, case.gen[:, QMAX])
-        qmin, qmax = (qmin - case.bus[:, QD]) / case.base_mva, (qmax - case.bus[:, QD]) / case.base_mva
+        case, qmin, qmax = _scaled_case(name, scale)
         acn = ph.make_ac_network(case)
         s, limits = jnp.asarray(bus_injection_pu(case)), (jnp.asarray(qmin), jnp.asarray(qmax))
         if solver == "newton":
@@ -357,16 +363,8 @@ def test_a_failed_solve_switches_no_bus():
     """As MATPOWER's runpf (`if success && qlim`), PV -> PQ switching follows a converged solve only: with
     case14's loads x6 the first Newton solve fails (so does the one without limits), and no bus is switched
     from its unsolved reactive injections (the rounds after it do no iteration)."""
-    from evogrid.case.matpower import QD, QMAX, QMIN
-
     with jax.enable_x64(True):
-        case = load_case("14")
-        case = dataclasses.replace(case, bus=case.bus.copy())
-        case.bus[:, [2, 3]] *= 6.0
-        qmin, qmax = np.zeros(case.n_bus), np.zeros(case.n_bus)
-        np.add.at(qmin, case.gen_bus, case.gen[:, QMIN])
-        np.add.at(qmax, case.gen_bus, case.gen[:, QMAX])
-        qmin, qmax = (qmin - case.bus[:, QD]) / case.base_mva, (qmax - case.bus[:, QD]) / case.base_mva
+        case, qmin, qmax = _scaled_case("14", 6.0)
         acn = ph.make_ac_network(case)
         s = jnp.asarray(bus_injection_pu(case))
         _, converged, _, switched = jax.jit(ph.newton_raphson_q_limits)(acn, s, jnp.asarray(qmin), jnp.asarray(qmax))
@@ -379,19 +377,12 @@ def test_fewer_derivative_iterations_keep_the_values_and_a_close_derivative():
     """`chord_q_limits(derivative_iters=10)` (the voltage schedule's flow) returns the default 30's voltages
     (to rounding) and d|V| / d(set-points) within 1e-3 of it (float64, case14 loads x1.4, units at their limits);
     1 iteration's derivative is further off (the count is what carries it)."""
-    from evogrid.case.matpower import QD, QMAX, QMIN
-
     with jax.enable_x64(True):
-        case = load_case("14")
-        case = dataclasses.replace(case, bus=case.bus.copy())
-        case.bus[:, [2, 3]] *= 1.4
+        case, qmin, qmax = _scaled_case("14", 1.4)
+        qmin, qmax = jnp.asarray(qmin), jnp.asarray(qmax)
         acn, chord = ph.make_ac_network(case), _base_point_chord("14")
         s = jnp.asarray(bus_injection_pu(case))
         held = np.flatnonzero(np.isin(np.arange(case.n_bus), np.asarray(acn.pq), invert=True))
-        qmin, qmax = np.zeros(case.n_bus), np.zeros(case.n_bus)
-        np.add.at(qmin, case.gen_bus, case.gen[:, QMIN])
-        np.add.at(qmax, case.gen_bus, case.gen[:, QMAX])
-        qmin, qmax = (jnp.asarray((q - case.bus[:, QD]) / case.base_mva) for q in (qmin, qmax))
 
         def vm(vset, live):
             v0 = acn.v0.at[held].set(vset * jnp.exp(1j * jnp.angle(acn.v0[held])))
@@ -411,19 +402,12 @@ def test_newton_derivative_with_respect_to_the_set_points(limits):
     equals central finite differences (float64, 1e-7), the reference bus's set-point included (its magnitude
     is held from the start point, whose derivative the loops drop). With reactive limits (case14 loads x1.4:
     units at their limits) a limited unit's set-point moves nothing."""
-    from evogrid.case.matpower import QD, QMAX, QMIN
-
     with jax.enable_x64(True):
-        case = load_case("14")
-        case = dataclasses.replace(case, bus=case.bus.copy())
-        case.bus[:, [2, 3]] *= 1.4 if limits else 1.0
+        case, qmin, qmax = _scaled_case("14", 1.4 if limits else 1.0)
+        qmin, qmax = jnp.asarray(qmin), jnp.asarray(qmax)
         acn = ph.make_ac_network(case)
         s = jnp.asarray(bus_injection_pu(case))
         held = np.flatnonzero(np.isin(np.arange(case.n_bus), np.asarray(acn.pq), invert=True))   # ref and PV buses
-        qmin, qmax = np.zeros(case.n_bus), np.zeros(case.n_bus)
-        np.add.at(qmin, case.gen_bus, case.gen[:, QMIN])
-        np.add.at(qmax, case.gen_bus, case.gen[:, QMAX])
-        qmin, qmax = (jnp.asarray((q - case.bus[:, QD]) / case.base_mva) for q in (qmin, qmax))
 
         if limits == "chord":
             chord = _base_point_chord("14")

@@ -204,7 +204,7 @@ class Workflow:
         """`steps` as `learn(..., checkpoint_every=checkpoint_every)` calls it, lowered for `state`: its
         `.compile()` leaves the run's program in JAX's persistent compilation cache (`keep_compiled_programs`),
         so the run that follows does not compile it again (the CLI's memory check reads it)."""
-        return type(self).steps.lower(self, state, jnp.int32(1), _divisor_at_most(checkpoint_every, MAX_STEPS_PER_CALL))
+        return type(self).steps.lower(self, state, jnp.int32(1), _steps_per_call(checkpoint_every))
 
     @jit_method()
     def evaluate(self, state):
@@ -355,7 +355,7 @@ class Workflow:
         names = self.metric_names()
         self.interrupted = False
         with _stop_requests() as stop:
-            per_call = steps_per_call or _divisor_at_most(checkpoint_every, MAX_STEPS_PER_CALL)
+            per_call = steps_per_call or _steps_per_call(checkpoint_every)
             state, history = self._loop(state, history, start, generations, run, ckpt, files, sinks, bar, names,
                                         checkpoint_every, stop, per_call)
         if bar is not None:
@@ -403,6 +403,12 @@ class Workflow:
 
 
 MAX_STEPS_PER_CALL = 50
+
+
+def _steps_per_call(checkpoint_every: int) -> int:
+    """`learn`'s default steps a compiled call: the largest divisor of the checkpoint interval up to
+    MAX_STEPS_PER_CALL (calls end on checkpoints)."""
+    return _divisor_at_most(checkpoint_every, MAX_STEPS_PER_CALL)
 
 
 def _divisor_at_most(n: int, cap: int) -> int:
