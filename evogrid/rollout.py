@@ -64,6 +64,13 @@ class Transition(NamedTuple):
 
 
 LOOP_BLOCK = 8   # steps an iteration of a rollout's loop on an accelerator (`scan_steps`)
+BLOCK_MAX_OPS = 500   # a step of more operations (traced, loops' bodies included) runs one an iteration
+
+
+def _ops(jaxpr) -> int:
+    """The operations of a jaxpr, those of the jaxprs inside it (loop bodies, branches, calls) included."""
+    subs = [p for v in jaxpr.eqns for x in v.params.values() for p in (x if isinstance(x, (tuple, list)) else (x,))]
+    return len(jaxpr.eqns) + sum(_ops(getattr(p, "jaxpr", p)) for p in subs if hasattr(getattr(p, "jaxpr", p), "eqns"))
 
 
 def scan_steps(body, carry, xs, steps: int, block: int | None = None):
@@ -72,10 +79,14 @@ def scan_steps(body, carry, xs, steps: int, block: int | None = None):
     together), and `block` copies of the body to compile. A loop that stacks each step's outputs writes a
     step's slice of the trajectory into the accelerator's tiles of eight rows one row at a time; a block of 8
     fills them (TPU v5e: rollouts that keep their outputs up to 1.4x faster; docs/accelerator.md).
-    Default: LOOP_BLOCK on an accelerator where it divides `steps`, else 1 (the CPU, where blocks only add
-    compile time)."""
+    Default: LOOP_BLOCK on an accelerator where it divides `steps` and the step is small (at most
+    BLOCK_MAX_OPS operations: the bare envs' 175-354), else 1: the CPU, where blocks only add compile time,
+    and the steps behind a safety layer (900-8,600 operations), whose loops hold their time (blocks gained
+    1.00-1.10x there and multiplied the compile: tso-case14-ac behind the voltage schedule 30 s -> 180 s)."""
     if block is None:
         block = LOOP_BLOCK if jax.default_backend() != "cpu" and steps % LOOP_BLOCK == 0 else 1
+        if block > 1 and _ops(jax.make_jaxpr(body)(carry, jax.tree.map(lambda x: x[0], xs)).jaxpr) > BLOCK_MAX_OPS:
+            block = 1
     if not isinstance(block, int) or block < 1 or steps % block:
         raise ValueError(f"block must be a positive divisor of the {steps} steps, got {block!r}")
     if block == 1:

@@ -141,13 +141,18 @@ def test_the_step_picks_its_rows_by_products_on_an_accelerator(monkeypatch, task
 def test_a_rollout_runs_blocks_of_steps_on_an_accelerator(monkeypatch):
     """On a TPU a loop that stacks every step's outputs wrote each step's slice of the trajectory one row of
     the chip's eight-row tiles at a time (the observations were 62% of tso-case118's rollout): traced for an
-    accelerator `scan_rollout` runs 8 steps an iteration of its loop, where they divide the episode, and one
-    on the CPU; `collect` (the training rollouts, whose time is in their updates) one on both."""
+    accelerator `scan_rollout` runs 8 steps an iteration of its loop, where they divide the episode and the
+    step is small, and one on the CPU; one behind a safety layer, whose loops make the step large (blocks
+    gained at most 1.10x there and multiplied the compile: tso-case14-ac behind its voltage schedule 30 s
+    -> 180 s on the chip); `collect` (the training rollouts, whose time is in their updates) one on both."""
     from evogrid.envs import make
     from evogrid.rollout import collect, scan_rollout
+    from evogrid.safety import shield
 
     env, params = make("tso-case5")
+    shielded = shield(env, params, "auto")
     _, state = env.reset(jax.random.key(0), params)
+    _, held = shielded.reset(jax.random.key(0), params)
     acts = jax.numpy.zeros((params.max_steps, env.action_space(params).shape[0]))
 
     def lengths():
@@ -156,8 +161,9 @@ def test_a_rollout_runs_blocks_of_steps_on_an_accelerator(monkeypatch):
         ten = jax.make_jaxpr(lambda s: scan_rollout(env, jax.random.key(1), s, params, acts[:10]))(state).jaxpr
         walk = jax.make_jaxpr(lambda s: collect(env, params, lambda k, o, a: (a, None), jax.random.key(1), s,
                                                 env.reset(jax.random.key(0), params)[0], 48, inputs=acts))(state).jaxpr
-        return [[e.params["length"] for e in j.eqns if e.primitive.name == "scan"] for j in (play, ten, walk)]
+        layered = jax.make_jaxpr(lambda s: scan_rollout(shielded, jax.random.key(1), s, params, acts))(held).jaxpr
+        return [[e.params["length"] for e in j.eqns if e.primitive.name == "scan"] for j in (play, ten, walk, layered)]
 
-    assert params.max_steps == 48 and lengths() == [[48], [10], [48]]
+    assert params.max_steps == 48 and lengths() == [[48], [10], [48], [48]]
     monkeypatch.setattr(jax, "default_backend", lambda: "tpu")
-    assert lengths() == [[6], [10], [48]]
+    assert lengths() == [[6], [10], [48], [48]]
