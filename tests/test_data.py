@@ -144,3 +144,17 @@ def test_a_forecast_task_shares_its_oracle_cache(tmp_path, monkeypatch):
     assert baselines._cache_path("dcmg-real", "test", plain) == baselines._cache_path("dcmg-real-fc2", "test", fc)
     other = make("dcmg-real", split="test", pv_mw=0.3)[1]
     assert baselines._cache_path("dcmg-real", "test", plain) != baselines._cache_path("dcmg-real", "test", other)
+
+
+def test_what_the_operator_played_behind_a_layer_is_keyed_by_the_layer(monkeypatch):
+    """The operator's baselines and demonstrations played behind a safety layer are cached under the layer's
+    tag: its name, settings and VERSION, which a change in what the layer decides bumps."""
+    from evogrid import baselines
+    from evogrid.safety import shield
+    from evogrid.safety.layers import ScheduleLayer
+
+    env, params = make("tso-case14-ac", split="test", n_days=4)
+    tag = baselines._layer_tag(shield(env, params))
+    assert tag.startswith("ScheduleLayer-") and baselines._layer_tag(env) == "raw"
+    monkeypatch.setattr(ScheduleLayer, "VERSION", ScheduleLayer.VERSION + 1)
+    assert baselines._layer_tag(shield(env, params)) != tag

@@ -407,7 +407,7 @@ def test_voltage_schedule_brings_the_ac_grid_within_its_band():
     with the voltage schedule every day meets every limit. Set-points a quarter below the top (0.5): the raw
     grid leaves the band on some days, the layer's on none. Mid-band set-points (0) keep every bus within
     the band: the layer leaves them as they are (the same set-points applied, bit for bit). The active
-    dispatch is the policy's."""
+    dispatch is the policy's, the slack's asked SCHEDULE_SLACK_MARGIN of its ramp inside its window."""
     env, params = make("tso-case14-ac", split="test")
     safe = shield(env, params)
     assert type(safe.layer).__name__ == "ScheduleLayer"
@@ -419,7 +419,9 @@ def test_voltage_schedule_brings_the_ac_grid_within_its_band():
         raw, raw_vset = (np.asarray(x) for x in _days_under(env, params, action))
         costs, vset = (np.asarray(x) for x in _days_under(safe, params, action))
         assert np.all(costs.max(1) <= 1e-6), (a, costs.max(0))
-        np.testing.assert_array_equal(np.asarray(safe.layer(obs, action)[0])[:5], a)
+        dispatch = np.asarray(safe.layer(obs, action)[0])[:5]
+        np.testing.assert_array_equal(dispatch[1:], a)
+        assert dispatch[0] == a if a == 0.0 else 0.5 * a < dispatch[0] < a   # the slack (unit 0), kept inside
         if a == 1.0:
             assert np.all(raw[:, voltage] > 1e-3) and np.all(vset <= raw_vset)
         elif a == 0.5:
@@ -427,6 +429,31 @@ def test_voltage_schedule_brings_the_ac_grid_within_its_band():
         else:
             assert np.all(raw.max(1) <= 1e-6)
             np.testing.assert_array_equal(vset, raw_vset)
+
+
+def test_voltage_schedule_asks_the_slack_inside_its_ramp_window():
+    """The slack takes what the load following's estimate of the losses misses: asked for the edge of its ramp
+    window it leaves that remainder past the ramp. The layer asks it SCHEDULE_SLACK_MARGIN of its ramp inside
+    (the MWh of that move reported), every other unit's set-point left as asked, bit for bit."""
+    from evogrid.envs.trans import asked_dispatch, read_observation
+    from evogrid.safety.voltage import SCHEDULE_SLACK_MARGIN
+
+    env, params = make("tso-case14-ac", split="test", n_days=4)
+    layer = schedule_layer(params)
+    obs = env.reset_to_day(jnp.int32(0), params)[0]
+    last = read_observation(obs, layer.grid, (layer.forecast_steps, False))["last_pg"]
+    slack = int(np.argmax(np.asarray(params.slack)))
+    edge = SCHEDULE_SLACK_MARGIN * float(params.ramp[slack])
+    n = params.pmax.shape[0]
+    for a, room in ((1.0, -edge), (-1.0, edge), (0.3, 0.0)):
+        action = jax.random.uniform(jax.random.key(3), env.action_space(params).shape, minval=-1.0, maxval=1.0)
+        action = action.at[slack].set(a)
+        safe, mwh = jax.jit(layer.__call__)(obs, action)
+        asked, lo, hi = (np.asarray(x) for x in asked_dispatch(safe[:n], last, params))
+        edge_of = {1.0: hi, -1.0: lo, 0.3: np.asarray(asked_dispatch(action[:n], last, params)[0])}[a][slack]
+        np.testing.assert_allclose(asked[slack], edge_of + room, atol=1e-4)
+        np.testing.assert_array_equal(np.delete(np.asarray(safe[:n]), slack), np.delete(np.asarray(action[:n]), slack))
+        np.testing.assert_allclose(float(mwh), abs(room) * float(params.delta_t_hours), atol=1e-4)
 
 
 @pytest.mark.slow

@@ -92,9 +92,11 @@ def baseline(task: str, split: str = "test", refresh: bool = False, operators: b
         from evogrid.baselines.operators import operator_policies
         from evogrid.envs import make
 
+        from evogrid.safety import shield
+
         with host_float64():
             env, params = make(task, split=split)
-            path = _cache_path(task, split, params, observed=True)
+            path = _cache_path(f"{task}-{_layer_tag(shield(env, params))}", split, params, observed=True)
             if path.is_file() and not refresh:
                 ops = json.loads(path.read_text())
             else:
@@ -134,7 +136,8 @@ def demonstrations(env, params, days, augment: int = 0) -> tuple[np.ndarray, np.
 
 def _layer_tag(env) -> str:
     """"raw", or the safety layer's name and a digest of its settings (its static fields: iterations,
-    look-ahead, margins): the MPC played behind another layer made other observations."""
+    look-ahead, margins) and its `VERSION` (where a layer has one): the MPC played behind another layer made
+    other observations."""
     import dataclasses
 
     from evogrid.safety import Shielded
@@ -143,6 +146,8 @@ def _layer_tag(env) -> str:
         return "raw"
     settings = [(f.name, getattr(env.layer, f.name)) for f in dataclasses.fields(env.layer)
                 if not f.metadata.get("pytree_node", True)]
+    if hasattr(env.layer, "VERSION"):
+        settings.append(("VERSION", env.layer.VERSION))
     return f"{type(env.layer).__name__}-{hashlib.sha256(repr(settings).encode()).hexdigest()[:8]}"
 
 

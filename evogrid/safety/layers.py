@@ -15,7 +15,8 @@ the interval (MWh: the change in the units' outputs, or in shifted and curtailed
 * `ScheduleLayer` (AC tso tasks): the operator's voltage schedule: the generators' voltage set-points
   moved by about the least (`voltage.band_steps`, sensitivities from the Newton power flow's own
   derivative) so that every bus lies within its band, checked against the AC power flow at the interval's
-  observed loads after each round; the active dispatch is the policy's.
+  observed loads after each round; the active dispatch is the policy's, the slack unit's asked a tenth of
+  its ramp inside its ramp window (it takes what the control's estimate of the losses misses).
 * `VoltageLayer` (dso tasks): the DSO's voltage correction (`voltage.voltage_correction`): reactive power
   first, then shifting and curtailment, to bring every bus within the voltage band, checked against the
   sweep power flow after each round.
@@ -74,6 +75,7 @@ from evogrid.safety.voltage import (
     SCHEDULE_Q_RESERVE,
     SCHEDULE_REACH,
     SCHEDULE_ROUNDS,
+    SCHEDULE_SLACK_MARGIN,
     SCHEDULE_TRIGGER,
     VOLT_ROUNDS,
     band_steps,
@@ -181,7 +183,15 @@ class ScheduleLayer:
     may find past it (its bus turning PQ and its voltage rising off the set-point), counts as at it. The
     reserve is on the absorbing side only, the side of over-voltage (what binds at light load); a reserve
     on the injecting side would have the layer's limited units inject less than the env's and see the
-    voltages lower than they are."""
+    voltages lower than they are.
+
+    The slack unit takes what the load following's estimate of the losses misses (the env's control covers
+    the last interval's losses, then shares the remainder by the units' room): a policy that asks the slack
+    for the edge of its ramp window leaves that remainder past it (the `ramp` channel, ~1e-3 MW a step).
+    The layer asks the slack SCHEDULE_SLACK_MARGIN of its ramp inside its window; the load following can
+    still take it to the edge where the others' room runs out."""
+
+    VERSION = 2   # bumped where the layer decides otherwise: it keys the caches of what the operator played behind it
 
     grid: TransParams            # the task's params less its time series
     q_ratio: jnp.ndarray         # [n_bus] each bus's reactive load per MW of active load (its power factor)
@@ -189,13 +199,21 @@ class ScheduleLayer:
     rounds: int = struct.field(pytree_node=False, default=SCHEDULE_ROUNDS)
 
     def __call__(self, obs, action):
-        """(the action with the corrected voltage set-points, 0 MWh: the active dispatch is left as asked)."""
+        """(the action with the corrected voltage set-points and the slack's asked output SCHEDULE_SLACK_MARGIN of
+        its ramp inside its window, the MWh that moved it; every other unit's active set-point is left as asked)."""
         g = self.grid
         action, _ = sanitize_action(action)
         n_units = g.pmax.shape[0]
         seen = read_observation(obs, g, (self.forecast_steps, False))
         load_p, load_q = seen["load_mw"], seen["load_mw"] * self.q_ratio
         asked, lo, hi = asked_dispatch(action[:n_units], seen["last_pg"], g)
+        # the slack takes what the control's estimate of the losses missed: asked SCHEDULE_SLACK_MARGIN of its ramp
+        # inside its window, so that this remainder stays within its ramp
+        edge = jnp.minimum(SCHEDULE_SLACK_MARGIN * g.ramp, 0.5 * (hi - lo))
+        slack_asks = jnp.where(g.slack > 0, jnp.clip(asked, lo + edge, hi - edge), asked)
+        dispatch = jnp.where(g.slack > 0, dispatch_action(g, slack_asks, seen["last_pg"]), action[:n_units])
+        moved_mwh = jnp.sum(jnp.abs(slack_asks - asked)) * g.delta_t_hours
+        asked = slack_asks
         pg = follow_load(asked, lo, hi, jnp.sum(load_p) + g.dc.gs_total)
         start = TransState(time_step=jnp.int32(0), day=jnp.int32(0), pg=pg, flow=g.rate, vm=seen["vm"],   # |V| warm start
                            va=jnp.angle(g.acn.v0).astype(pg.dtype), qg=g.v_set)
@@ -214,8 +232,8 @@ class ScheduleLayer:
                                jnp.ones_like(vset), jnp.ones(vset.shape, bool), buses=SCHEDULE_BUSES)
             move = near & jnp.all(jnp.isfinite(moved))   # no solution: the policy's set-points
             vset, touched = jnp.where(move, moved, vset), touched | move
-        safe = jnp.concatenate([action[:n_units], jnp.where(touched, voltage_action(g, vset), action[n_units:])])
-        return safe, jnp.zeros((), pg.dtype)
+        safe = jnp.concatenate([dispatch, jnp.where(touched, voltage_action(g, vset), action[n_units:])])
+        return safe, moved_mwh
 
 
 def schedule_layer(params: TransParams, rounds: int = SCHEDULE_ROUNDS) -> ScheduleLayer:

@@ -28,6 +28,7 @@ SCHEDULE_TRIGGER = 2e-4  # p.u.: an interval whose every bus is this far inside 
 SCHEDULE_BUSES = 4     # buses furthest outside the band taken per step
 SCHEDULE_Q_RESERVE = 0.05  # share of each bus's reactive range kept above Qmin in the layer's flow (see ScheduleLayer)
 SCHEDULE_REACH = 0.02  # p.u.: the most a round moves a set-point (the linear model's reach: limits switch buses)
+SCHEDULE_SLACK_MARGIN = 0.1   # share of the slack's ramp its output is kept inside its ramp window (the losses)
 SCHEDULE_DERIVATIVE_ITERS = 10   # chord iterations carrying the layer's flow's derivative (the env's: 30): 1.3-2.9x
                                  # the layer's speed on 2 CPU cores, the band kept as well (docs/accelerator.md)
 
