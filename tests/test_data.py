@@ -158,3 +158,21 @@ def test_what_the_operator_played_behind_a_layer_is_keyed_by_the_layer(monkeypat
     assert tag.startswith("ScheduleLayer-") and baselines._layer_tag(env) == "raw"
     monkeypatch.setattr(ScheduleLayer, "VERSION", ScheduleLayer.VERSION + 1)
     assert baselines._layer_tag(shield(env, params)) != tag
+
+
+def test_a_baseline_cache_serves_another_device(tmp_path, monkeypatch):
+    """The start-of-day states and observations are computed on the default device (a TPU rounds them
+    otherwise than a CPU): the caches' keys leave them out, so what one machine computed another finds; a
+    change in the task's own data still makes another key."""
+    from evogrid import baselines
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    params = make("tso-case14-ac", split="test", n_days=4)[1]
+    nudge = lambda x: x * (1.0 + 1e-7) if jax.numpy.issubdtype(x.dtype, jax.numpy.floating) else x  # noqa: E731
+    elsewhere = params.replace(init=jax.tree.map(nudge, params.init), init_obs=nudge(params.init_obs))
+    assert not np.array_equal(np.asarray(elsewhere.init_obs), np.asarray(params.init_obs))
+    for observed in (False, True):
+        path = baselines._cache_path("tso-case14-ac", "test", params, observed)
+        assert baselines._cache_path("tso-case14-ac", "test", elsewhere, observed) == path
+        other = params.replace(load_p=nudge(params.load_p))
+        assert baselines._cache_path("tso-case14-ac", "test", other, observed) != path

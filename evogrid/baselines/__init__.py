@@ -63,17 +63,20 @@ def supported(task: str) -> bool:
 
 
 def _cache_path(task: str, split: str, params, observed: bool = False) -> Path:
-    """Keyed by the params' leaves, less those that only shape observations (forecasts and the cached
-    first observations): a task with a forecast (-fc<H>) shares its oracle with the task without. With
-    `observed` (what policies that read the observation did: the operator's baselines), every leaf counts."""
+    """Keyed by the params' leaves, less the cached start-of-day states and observations (`init`, `init_obs`:
+    computed from the other leaves on the default device, so their last bits differ from a CPU's to a TPU's,
+    where the rest is set up in NumPy on the host and a cache made on one serves the other) and, unless
+    `observed`, the forecasts (a task with a forecast, -fc<H>, shares its oracle with the task without). With
+    `observed` (what policies that read the observation did: the operator's baselines), the forecasts count."""
     import jax
 
     from evogrid.envs.registry import parse_task
 
+    derived = ("init", "init_obs") + (() if observed else ("forecast",))
+    params = params.replace(**{k: None for k in derived if hasattr(params, k)})
     if observed:
         task = f"{task.lower()}-operators"
     else:
-        params = params.replace(**{k: None for k in ("forecast", "init_obs") if hasattr(params, k)})
         task = parse_task(task).without_forecast()
     digest = hashlib.sha256(BASELINE_VERSION.encode())
     for leaf in jax.tree_util.tree_leaves(params):
