@@ -94,7 +94,6 @@ def baseline(task: str, split: str = "test", refresh: bool = False, operators: b
     if operators and reference(task).operators:
         from evogrid.baselines.operators import operator_policies
         from evogrid.envs import make
-
         from evogrid.safety import shield
 
         with host_float64():

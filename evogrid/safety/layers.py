@@ -187,7 +187,7 @@ class ScheduleLayer:
 
     The slack unit takes what the load following's estimate of the losses misses (the env's control covers
     the last interval's losses, then shares the remainder by the units' room): a policy that asks the slack
-    for the edge of its ramp window leaves that remainder past it (the `ramp` channel, ~1e-3 MW a step).
+    for the edge of its ramp window leaves that remainder past it (the `ramp` channel, by a fraction of a MW).
     The layer asks the slack SCHEDULE_SLACK_MARGIN of its ramp inside its window; the load following can
     still take it to the edge where the others' room runs out."""
 
