@@ -28,6 +28,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from evogrid.utils.jaxprs import equations
+
 
 POLICY_STREAM = 1  # fold_in constant that separates the policy's key from the environment's
 RESET_STREAM = 0x9E3779B9   # xor'ed into every word of a step's key to give its auto-reset's key (`reset_key`)
@@ -67,12 +69,6 @@ LOOP_BLOCK = 8   # steps an iteration of a rollout's loop on an accelerator (`sc
 BLOCK_MAX_OPS = 500   # a step of more operations (traced, loops' bodies included) runs one an iteration
 
 
-def _ops(jaxpr) -> int:
-    """The operations of a jaxpr, those of the jaxprs inside it (loop bodies, branches, calls) included."""
-    subs = [p for v in jaxpr.eqns for x in v.params.values() for p in (x if isinstance(x, (tuple, list)) else (x,))]
-    return len(jaxpr.eqns) + sum(_ops(getattr(p, "jaxpr", p)) for p in subs if hasattr(getattr(p, "jaxpr", p), "eqns"))
-
-
 def scan_steps(body, carry, xs, steps: int, block: int | None = None):
     """`jax.lax.scan(body, carry, xs)` over `steps` steps, `block` of them an iteration of the loop, their
     outputs stacked and written together: the same steps, to float rounding (XLA fuses the block's steps
@@ -85,8 +81,9 @@ def scan_steps(body, carry, xs, steps: int, block: int | None = None):
     1.00-1.10x there and multiplied the compile: tso-case14-ac behind the voltage schedule 30 s -> 180 s)."""
     if block is None:
         block = LOOP_BLOCK if jax.default_backend() != "cpu" and steps % LOOP_BLOCK == 0 else 1
-        if block > 1 and _ops(jax.make_jaxpr(body)(carry, jax.tree.map(lambda x: x[0], xs)).jaxpr) > BLOCK_MAX_OPS:
-            block = 1
+        if block > 1:
+            ops = sum(1 for _ in equations(jax.make_jaxpr(body)(carry, jax.tree.map(lambda x: x[0], xs))))
+            block = block if ops <= BLOCK_MAX_OPS else 1
     if not isinstance(block, int) or block < 1 or steps % block:
         raise ValueError(f"block must be a positive divisor of the {steps} steps, got {block!r}")
     if block == 1:

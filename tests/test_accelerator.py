@@ -10,6 +10,7 @@ import jax
 import pytest
 
 from evogrid.physics._common import host_float64
+from evogrid.utils.jaxprs import equations
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,16 +71,7 @@ def test_float64_on_a_tpu_is_refused_before_set_up(monkeypatch):
 
 def _primitives(jaxpr, names=("gather", "scatter", "top_k", "sort")):
     """The primitives `names` anywhere in a closed jaxpr, inner loops and branches included."""
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name in names:
-            found.append(eqn.primitive.name)
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (list, tuple)) else (value,):
-                inner = getattr(sub, "jaxpr", None)
-                if inner is not None:
-                    found += _primitives(getattr(inner, "jaxpr", inner), names)
-    return found
+    return [eqn.primitive.name for eqn in equations(jaxpr) if eqn.primitive.name in names]
 
 
 @pytest.mark.parametrize("task", ["tso-case5", "tso-case118"])

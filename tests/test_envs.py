@@ -19,6 +19,7 @@ from evogrid.envs.trans import (
     voltage_action,
 )
 from evogrid.utils.jax_utils import batch_reset, batch_step, reset_key, scan_rollout, split_key_for_envs
+from evogrid.utils.jaxprs import equations
 
 CONTRACT_TASKS = ["tso-case5", "tso-case14-ac", "tso-case14-n1", "dso-case33bw", "ders-case141", "dcmg", "gencos-case5",
                   "tso-case14-real", "dcmg-real"]
@@ -142,14 +143,7 @@ def test_bad_actions(task):
 def _matrix_products(jaxpr, names=("dot_general",)):
     """Every dot_general (or primitive of `names`) of a (closed) jaxpr, in its sub-jaxprs (loops, branches,
     calls) too."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name in names:
-            yield eqn
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                if hasattr(sub, "eqns") or hasattr(getattr(sub, "jaxpr", None), "eqns"):
-                    yield from _matrix_products(sub, names)
+    return (eqn for eqn in equations(jaxpr) if eqn.primitive.name in names)
 
 
 def test_ac_step_factorises_nothing_and_loops_a_fixed_count():
