@@ -326,15 +326,27 @@ def _base_point_chord(name):
     return ph.make_chord_q_limits(base, ph.newton_raphson(base, jnp.asarray(bus_injection_pu(load_case(name))))[0])
 
 
+def _bfloat16_correction(matrix, x):
+    """`physics.ac._correction` as a TPU's matrix unit runs it at DEFAULT precision: both operands rounded
+    to bfloat16, their products summed in the operands' own dtype."""
+    r = lambda a: a.astype(jnp.bfloat16).astype(a.dtype)  # noqa: E731
+    return r(matrix) @ r(x)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("solver", ["newton", "chord"])
+@pytest.mark.parametrize("solver", ["newton", "chord", "chord, bfloat16 corrections"])
 @pytest.mark.parametrize("name, scale", [("14", 1.2), ("14", 1.4), ("30", 1.4)])
-def test_q_limits_match_pandapower(name, scale, solver):
+def test_q_limits_match_pandapower(name, scale, solver, monkeypatch):
     """PV -> PQ switching (`newton_raphson_q_limits`, and `chord_q_limits` with its matrices at the unscaled
     case's solution) against pandapower's `enforce_q_lims=True` with every load scaled up until generators
     hit their reactive limits (case14 x1.2: 2 units, x1.4: 4 units; case30 x1.4: 1 unit; the reference unit
-    is not limited in either): |V| within 1e-6 p.u., angles 1e-5 degrees, the same buses switched, float64."""
+    is not limited in either): |V| within 1e-6 p.u., angles 1e-5 degrees, the same buses switched, float64.
+    The chord method also with its corrections' products rounded as a TPU's one bfloat16 pass rounds them
+    (`CORRECTION_PRECISION`): the path moves, the solution does not."""
     import pandapower as pp
+
+    if "bfloat16" in solver:
+        monkeypatch.setattr(ph.ac, "_correction", _bfloat16_correction)
     import pandapower.networks as pn
 
     net = getattr(pn, f"case{name}")()
@@ -347,6 +359,8 @@ def test_q_limits_match_pandapower(name, scale, solver):
         s, limits = jnp.asarray(bus_injection_pu(case)), (jnp.asarray(qmin), jnp.asarray(qmax))
         if solver == "newton":
             v, converged, _, switched = jax.jit(ph.newton_raphson_q_limits)(acn, s, *limits)
+        elif "bfloat16" in solver:   # not jax.jit: its cache would serve the exact products' trace
+            v, converged, _, switched = ph.chord_q_limits(acn, s, *limits, _base_point_chord(name))
         else:
             v, converged, _, switched = jax.jit(ph.chord_q_limits)(acn, s, *limits, _base_point_chord(name))
         plain, _, _ = ph.newton_raphson(acn, s)

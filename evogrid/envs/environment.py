@@ -8,7 +8,9 @@ Every env's physics is traced with float32 matrix products at full precision: th
 subclass's `reset_env`, `reset_to_day`, `step_env` and `grid_view` in `jax.default_matmul_precision("highest")`
 (`FULL_PRECISION`). On GPUs JAX's default runs float32 products in TF32 (a 10-bit mantissa): a power flow's
 injections and mismatches then carry errors of 1e-3 relative, Newton cannot reach its tolerance and every
-AC step reports `ac_diverged`. A policy's own layers (outside the env) keep the fast default.
+AC step reports `ac_diverged`. A policy's own layers (outside the env) keep the fast default. The one
+exception inside: the AC chord method's corrections ask for `physics.ac.CORRECTION_PRECISION` themselves
+(its residual, which decides where it ends, stays at full precision).
 """
 from __future__ import annotations
 

@@ -242,6 +242,11 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
 CHORD_Q_ITERS = 60      # chord_q_limits: iterations by default (the tso-caseN-ac tasks' count)
 DERIVATIVE_ITERS = 30   # chord_q_limits: the last iterations, which carry the derivative
 Q_SWEEPS = 8   # chord_q_limits: minimal-residual steps an iteration on the switched buses' Schur complement
+# chord_q_limits: the precision of the products with its fixed matrices (the correction; the residual, through
+# the admittances, stays at full precision): a chord step's fixed point is where the residual vanishes, whatever
+# matrix maps the residual to the step, so the matrix unit's one bfloat16 pass (where the full float32 product
+# takes six) moves the iterations' path, not where they end
+CORRECTION_PRECISION = jax.lax.Precision.DEFAULT
 
 
 @struct.dataclass
@@ -319,15 +324,16 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
         f = jnp.concatenate([mis.real[net.pvpq], mis.imag[net.pq]])
         q = s_inj.imag[net.pvpq]
         q_off = jnp.where(switched, limit - q, 0.0)
-        g = chord.jinv @ f
+        dot = _correction
+        g = dot(chord.jinv, f)
         gain = jnp.where(switched, 1.0 / jnp.where(switched, jnp.diagonal(chord.schur), 1.0), 0.0)
         # S_ss d|V| = t over the switched buses: minimal-residual steps preconditioned by S's diagonal (each
         # step lowers the residual, which Jacobi's need not where the buses are tightly coupled)
-        r = q_off + chord.q_rows @ g
+        r = q_off + dot(chord.q_rows, g)
         dvm_pv = jnp.zeros_like(r)
         for _ in range(min(Q_SWEEPS, n - net.pq.shape[0])):   # at most one per PV bus
             z = gain * r
-            w = jnp.where(switched, chord.schur @ z, 0.0)
+            w = jnp.where(switched, dot(chord.schur, z), 0.0)
             # where the residual is far below the tolerance (solved, or no bus switched) a plain Jacobi step: the
             # quotient's derivative would divide by an underflowing ww^2, and the derivative (the tangent's own
             # iterations, which go on after the values have converged) needs a step linear in r
@@ -335,7 +341,7 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
             mr = ww > (1e-3 * tol) ** 2
             alpha = jnp.where(mr, jnp.sum(r * w) / jnp.where(mr, ww, 1.0), 1.0)
             dvm_pv, r = dvm_pv + alpha * z, r - alpha * w
-        dx = -g - chord.coupling @ dvm_pv
+        dx = -g - dot(chord.coupling, dvm_pv)
         residual = jnp.maximum(jnp.max(jnp.abs(f)), jnp.max(jnp.abs(q_off)))
         return vm.at[net.pq].add(dx[n:]).at[net.pvpq].add(dvm_pv), va.at[net.pvpq].add(dx[:n]), residual, q
 
@@ -362,6 +368,11 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
     _, _, mismatch, q = iterate(net_f, chord_f, *jax.lax.stop_gradient((vm, va)), s_f, limit, switched)
     within = ~jnp.any(is_pv & ~switched & ((q > qhi + 10 * tol) | (q < qlo - 10 * tol)))
     return v, (mismatch < tol) & within, mismatch, jnp.zeros(n_bus, bool).at[net.pvpq].set(switched)
+
+
+def _correction(matrix, x):
+    """A product of `chord_q_limits`' fixed matrices with the iterate's residual, at CORRECTION_PRECISION."""
+    return jnp.matmul(matrix, x, precision=CORRECTION_PRECISION)
 
 
 def _held_from(v, v0, magnitude, angle):
