@@ -322,8 +322,13 @@ def main(argv=None):
     ap.add_argument("--block", type=int, default=None, help="envs/profile parts: steps an iteration of the rollout's "
                     "loop (`evogrid.rollout.scan_steps`; default: its own, 8 on an accelerator, 1 on the CPU)")
     ap.add_argument("--top", type=int, default=15, help="profile part: how many ops to list (default 15)")
+    ap.add_argument("--chord-precision", choices=("default", "highest"), default=None,
+                    help="the AC chord method's corrections (physics.ac.CORRECTION_PRECISION; default: the library's)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.chord_precision:
+        from evogrid.physics import ac
+        ac.CORRECTION_PRECISION = jax.lax.Precision[args.chord_precision.upper()]
     parts, tasks = args.parts.split(","), args.tasks.split(",")
     sizes = [int(x) for x in (args.sizes or ("16" if args.smoke else "1024,16384")).split(",")]
     pops = [int(x) for x in (args.pops or ("16" if args.smoke else "1024,4096,16384")).split(",")]
@@ -334,7 +339,8 @@ def main(argv=None):
         lines.append(line)
         print(line, flush=True)
 
-    say(f"# {device_line()}")
+    from evogrid.physics import ac
+    say(f"# {device_line()}; the AC chord's corrections at {ac.CORRECTION_PRECISION.name} precision")
     opened = resident_gib()   # the device runtime's own host memory (13 GiB on a TPU v5e host) is in from here
     if "envs" in parts:
         say(f"\n| task | layer | N envs | env-steps/s{f' ({args.block} steps a loop iteration)' if args.block else ''} | compile s |")

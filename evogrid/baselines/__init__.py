@@ -64,8 +64,9 @@ def supported(task: str) -> bool:
 
 def _cache_path(task: str, split: str, params, observed: bool = False) -> Path:
     """Keyed by the params' leaves, less the cached start-of-day states and observations (`init`, `init_obs`:
-    computed from the other leaves on the default device, so their last bits differ from a CPU's to a TPU's,
-    where the rest is set up in NumPy on the host and a cache made on one serves the other) and, unless
+    computed from the other leaves on the default device, so their last bits differ from a CPU's to a TPU's;
+    the rest is set up on the host, yet a TPU machine's host still made other keys for tso-case118-ac on
+    2026-12-07: its DC factors and chord matrices differ, cause not yet found, docs/accelerator.md) and, unless
     `observed`, the forecasts (a task with a forecast, -fc<H>, shares its oracle with the task without). With
     `observed` (what policies that read the observation did: the operator's baselines), the forecasts count."""
     import jax
