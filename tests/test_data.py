@@ -160,19 +160,35 @@ def test_what_the_operator_played_behind_a_layer_is_keyed_by_the_layer(monkeypat
     assert baselines._layer_tag(shield(env, params)) != tag
 
 
-def test_a_baseline_cache_serves_another_device(tmp_path, monkeypatch):
+def test_a_baseline_cache_serves_another_machine(tmp_path, monkeypatch):
     """The start-of-day states and observations are computed on the default device (a TPU rounds them
-    otherwise than a CPU): the caches' keys leave them out, so what one machine computed another finds; a
-    change in the task's own data still makes another key."""
+    otherwise than a CPU): the caches' keys leave them out. The set-up's products carry the host's round-off
+    in their last bits (another CPU's BLAS and XLA leave others; entries zero in exact arithmetic come out
+    as noise): the keys round every float leaf, so what one machine computed another finds. A change in the
+    task's own data, a halving too, still makes another key."""
     from evogrid import baselines
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     params = make("tso-case14-ac", split="test", n_days=4)[1]
+    rng = np.random.default_rng(0)
+
+    def roundoff(x):   # a float leaf as another machine's float64 set-up would leave it, in its own dtype
+        x = np.asarray(x)
+        if not np.issubdtype(x.dtype, np.floating):
+            return x
+        wide = x.astype(np.float64)
+        top = np.max(np.abs(wide[np.isfinite(wide)]), initial=0.0)
+        wide = np.where(wide == 0, rng.uniform(-1, 1, x.shape) * 2.0 ** -50 * top,
+                        wide * (1 + rng.uniform(-4, 4, x.shape) * 2.0 ** -52))
+        return np.where(np.isfinite(x), wide, x).astype(x.dtype)
+
     nudge = lambda x: x * (1.0 + 1e-7) if jax.numpy.issubdtype(x.dtype, jax.numpy.floating) else x  # noqa: E731
-    elsewhere = params.replace(init=jax.tree.map(nudge, params.init), init_obs=nudge(params.init_obs))
-    assert not np.array_equal(np.asarray(elsewhere.init_obs), np.asarray(params.init_obs))
+    elsewhere = jax.tree.map(roundoff, params)
+    elsewhere = elsewhere.replace(init=jax.tree.map(nudge, elsewhere.init), init_obs=nudge(elsewhere.init_obs))
+    changed = [a.tobytes() != np.asarray(b).tobytes() for a, b in zip(jax.tree.leaves(elsewhere), jax.tree.leaves(params))]
+    assert sum(changed) > 10, sum(changed)   # the raw bits differ in many leaves
     for observed in (False, True):
         path = baselines._cache_path("tso-case14-ac", "test", params, observed)
         assert baselines._cache_path("tso-case14-ac", "test", elsewhere, observed) == path
-        other = params.replace(load_p=nudge(params.load_p))
-        assert baselines._cache_path("tso-case14-ac", "test", other, observed) != path
+        for other in (params.replace(load_p=params.load_p * (1.0 + 1e-3)), params.replace(load_p=params.load_p * 0.5)):
+            assert baselines._cache_path("tso-case14-ac", "test", other, observed) != path

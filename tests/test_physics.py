@@ -60,6 +60,17 @@ def _ac(case, iters=10):
     return ph.newton_raphson(ph.make_ac_network(case), jnp.asarray(bus_injection_pu(case)), iters=iters)
 
 
+def test_a_case_without_phase_shifters_has_no_base_flow():
+    """case118's reference angle is 30 degrees: its DC base point (no injections) has every bus at that angle
+    and no flow. The base flows come from the angles relative to the reference: exactly zero, not the
+    round-off of 30-degree differences (1e-12 MW, which another machine computes otherwise)."""
+    case = load_case("118")
+    with ph.host_float64():
+        net = ph.make_dc_network(case)
+    assert np.all(np.asarray(net.flow0) == 0.0)
+    np.testing.assert_array_equal(np.asarray(net.angle0), np.deg2rad(30.0))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ALL_CASES)
 def test_dc_power_flow_matches_pypower(name, precision):

@@ -62,13 +62,35 @@ def supported(task: str) -> bool:
     return reference(task) is not None
 
 
+KEY_BITS = 20    # a float leaf enters a cache key with each entry rounded to 20 significant bits
+KEY_FLOOR = 30   # and the entries below 2^-30 of the leaf's largest as zero
+
+
+def _key_bytes(leaf) -> bytes:
+    """A params leaf as it enters a cache key: integers and booleans as they are; floats (a complex leaf's
+    real and imaginary parts together) with each entry rounded to KEY_BITS significant bits, those below
+    2^-KEY_FLOOR of the leaf's largest finite magnitude as zero, the others (inf, NaN) as they are. The
+    set-up's products (PTDFs, the loads' flows, inverse Jacobians) carry the host's round-off in their last
+    bits, and entries zero in exact arithmetic come out as 1e-17 noise: another CPU (a TPU machine's host)
+    computes other last bits, and rounded they make the same key (the chance that round-off of 1e-15
+    straddles a rounding point is ~1e-9 an entry). A change below 2^-20 of an entry makes none."""
+    x = np.asarray(leaf)
+    if not np.issubdtype(x.dtype, np.inexact):
+        return x.tobytes()
+    x = np.stack([x.real, x.imag]) if np.iscomplexobj(x) else x.astype(np.float64)
+    finite = np.isfinite(x)
+    top = float(np.max(np.abs(x[finite]), initial=0.0))
+    mantissa, exponent = np.frexp(np.where(finite & (np.abs(x) >= top * 2.0 ** -KEY_FLOOR), x, 0.0))
+    rounded = np.ldexp(np.round(mantissa * 2.0 ** KEY_BITS) / 2.0 ** KEY_BITS, exponent) + 0.0   # + 0.0: no -0.0
+    return rounded.tobytes() + np.where(finite, 0.0, x).tobytes()
+
+
 def _cache_path(task: str, split: str, params, observed: bool = False) -> Path:
-    """Keyed by the params' leaves, less the cached start-of-day states and observations (`init`, `init_obs`:
-    computed from the other leaves on the default device, so their last bits differ from a CPU's to a TPU's;
-    the rest is set up on the host, yet a TPU machine's host still made other keys for tso-case118-ac on
-    2026-12-07: its DC factors and chord matrices differ, cause not yet found, docs/accelerator.md) and, unless
-    `observed`, the forecasts (a task with a forecast, -fc<H>, shares its oracle with the task without). With
-    `observed` (what policies that read the observation did: the operator's baselines), the forecasts count."""
+    """Keyed by the params' leaves (`_key_bytes`: rounded, so that another machine's set-up makes the same
+    key), less the cached start-of-day states and observations (`init`, `init_obs`: computed from the other
+    leaves on the default device, where a TPU rounds otherwise than a CPU) and, unless `observed`, the
+    forecasts (a task with a forecast, -fc<H>, shares its oracle with the task without). With `observed`
+    (what policies that read the observation did: the operator's baselines), the forecasts count."""
     import jax
 
     from evogrid.envs.registry import parse_task
@@ -81,7 +103,7 @@ def _cache_path(task: str, split: str, params, observed: bool = False) -> Path:
         task = parse_task(task).without_forecast()
     digest = hashlib.sha256(BASELINE_VERSION.encode())
     for leaf in jax.tree_util.tree_leaves(params):
-        digest.update(np.asarray(leaf).tobytes())
+        digest.update(_key_bytes(leaf))
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "evogrid" / "baselines"
     return root / f"{task}-{split}-{digest.hexdigest()[:16]}.json"
 

@@ -56,18 +56,21 @@ def make_dc_network(case: Case) -> DCNetwork:
     sparse and the reduced B is factored once (SuperLU) and solved for every bus: O(n_bus^2) memory and a
     few seconds at 9,241 buses, where dense products and a dense inverse took 107 s."""
     n, ref, base = case.n_bus, case.ref_bus, case.base_mva
-    inc, bf, bbus, lu, keep, pf_inj = _reduced_b(case)
+    inc, bf, _, lu, keep, pf_inj = _reduced_b(case)
     pbus_inj = inc.T @ pf_inj
     gs = case.bus[:, GS] / base
     va_ref = np.deg2rad(case.bus[ref, VA])
     x = np.zeros((n, n))
     x[np.ix_(keep, keep)] = lu.solve(np.eye(n - 1))
-    # theta = x @ (p - pbus_inj - gs - bbus[:, ref] * va_ref) + e_ref * va_ref, with p in p.u.
-    angle0 = x @ (-pbus_inj - gs - bbus[:, [ref]].toarray().ravel() * va_ref)
+    # theta = x @ (p - pbus_inj - gs) + va_ref, with p in p.u. (B's rows sum to zero: the reference angle shifts
+    # every angle alike and moves no flow); the flows from the angles relative to the reference, so that a case
+    # without phase shifters or shunt conductance has flow0 exactly 0, not round-off of va_ref's differences
+    relative = x @ (-pbus_inj - gs)
+    angle0 = relative + va_ref
     angle0[ref] = va_ref
     return DCNetwork(
         ptdf=as_float(bf @ x),
-        flow0=as_float((bf @ angle0 + pf_inj) * base),
+        flow0=as_float((bf @ relative + pf_inj) * base),
         angle_sens=as_float(x / base),
         angle0=as_float(angle0),
         ref_mask=as_float(~keep),
