@@ -324,16 +324,15 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
         f = jnp.concatenate([mis.real[net.pvpq], mis.imag[net.pq]])
         q = s_inj.imag[net.pvpq]
         q_off = jnp.where(switched, limit - q, 0.0)
-        dot = _correction
-        g = dot(chord.jinv, f)
+        g = _correction(chord.jinv, f)
         gain = jnp.where(switched, 1.0 / jnp.where(switched, jnp.diagonal(chord.schur), 1.0), 0.0)
         # S_ss d|V| = t over the switched buses: minimal-residual steps preconditioned by S's diagonal (each
         # step lowers the residual, which Jacobi's need not where the buses are tightly coupled)
-        r = q_off + dot(chord.q_rows, g)
+        r = q_off + _correction(chord.q_rows, g)
         dvm_pv = jnp.zeros_like(r)
         for _ in range(min(Q_SWEEPS, n - net.pq.shape[0])):   # at most one per PV bus
             z = gain * r
-            w = jnp.where(switched, dot(chord.schur, z), 0.0)
+            w = jnp.where(switched, _correction(chord.schur, z), 0.0)
             # where the residual is far below the tolerance (solved, or no bus switched) a plain Jacobi step: the
             # quotient's derivative would divide by an underflowing ww^2, and the derivative (the tangent's own
             # iterations, which go on after the values have converged) needs a step linear in r
@@ -341,7 +340,7 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
             mr = ww > (1e-3 * tol) ** 2
             alpha = jnp.where(mr, jnp.sum(r * w) / jnp.where(mr, ww, 1.0), 1.0)
             dvm_pv, r = dvm_pv + alpha * z, r - alpha * w
-        dx = -g - dot(chord.coupling, dvm_pv)
+        dx = -g - _correction(chord.coupling, dvm_pv)
         residual = jnp.maximum(jnp.max(jnp.abs(f)), jnp.max(jnp.abs(q_off)))
         return vm.at[net.pq].add(dx[n:]).at[net.pvpq].add(dvm_pv), va.at[net.pvpq].add(dx[:n]), residual, q
 
