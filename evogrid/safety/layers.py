@@ -223,15 +223,18 @@ class ScheduleLayer:
             _, _, vm, _, _, extra = _solve(pg, vset, load_p, load_q, None, start, g, no_outage)
             return vm, (vm, extra["converged"] > 0)
 
-        vset, touched = voltage_setpoints(action[n_units:], g), jnp.asarray(False)
-        for _ in range(self.rounds):   # an interval within the band (SCHEDULE_TRIGGER inside) is left as it is
+        def one_round(_, carry):   # an interval within the band (SCHEDULE_TRIGGER inside) is left as it is
+            vset, touched = carry
             sens, (vm, solved) = jax.jacfwd(flow, has_aux=True)(vset)   # one solve (two side by side can deadlock XLA's CPU LU)
             near = solved & jnp.any((vm > g.vmax - SCHEDULE_TRIGGER) | (vm < g.vmin + SCHEDULE_TRIGGER))
             lo, hi = jnp.maximum(g.v_lo, vset - SCHEDULE_REACH), jnp.minimum(g.v_hi, vset + SCHEDULE_REACH)
             moved = band_steps(vm, sens, vset, lo, hi, g.vmin + SCHEDULE_MARGIN, g.vmax - SCHEDULE_MARGIN,
                                jnp.ones_like(vset), jnp.ones(vset.shape, bool), buses=SCHEDULE_BUSES)
             move = near & jnp.all(jnp.isfinite(moved))   # no solution: the policy's set-points
-            vset, touched = jnp.where(move, moved, vset), touched | move
+            return jnp.where(move, moved, vset), touched | move
+
+        # a loop, not the rounds unrolled: one round's power flow and its derivatives traced and compiled once
+        vset, touched = jax.lax.fori_loop(0, self.rounds, one_round, (voltage_setpoints(action[n_units:], g), jnp.asarray(False)))
         safe = jnp.concatenate([dispatch, jnp.where(touched, voltage_action(g, vset), action[n_units:])])
         return safe, moved_mwh
 
