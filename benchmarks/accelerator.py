@@ -326,8 +326,8 @@ def main(argv=None):
                     help="the AC chord method's corrections (physics.ac.CORRECTION_PRECISION; default: the library's)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    from evogrid.physics import ac
     if args.chord_precision:
-        from evogrid.physics import ac
         ac.CORRECTION_PRECISION = jax.lax.Precision[args.chord_precision.upper()]
     parts, tasks = args.parts.split(","), args.tasks.split(",")
     sizes = [int(x) for x in (args.sizes or ("16" if args.smoke else "1024,16384")).split(",")]
@@ -339,7 +339,6 @@ def main(argv=None):
         lines.append(line)
         print(line, flush=True)
 
-    from evogrid.physics import ac
     say(f"# {device_line()}; the AC chord's corrections at {ac.CORRECTION_PRECISION.name} precision")
     opened = resident_gib()   # the device runtime's own host memory (13 GiB on a TPU v5e host) is in from here
     if "envs" in parts:

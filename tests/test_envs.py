@@ -179,9 +179,9 @@ def test_physics_runs_at_full_float32_precision(task, monkeypatch):
         assert products or name.startswith("dcmg"), name   # dcmg has no network
         return obs, [eqn for eqn in products if eqn.params["precision"] != (jax.lax.Precision.HIGHEST,) * 2]
 
+    chord = getattr(params, "ac_chord", None) is not None and getattr(params, "q_min", None) is not None
     for e in envs:
         obs, loose = loose_products(e)
-        chord = getattr(params, "ac_chord", None) is not None and getattr(params, "q_min", None) is not None
         assert bool(loose) == chord, (name, type(e).__name__, len(loose))
     monkeypatch.setattr(ac, "CORRECTION_PRECISION", jax.lax.Precision.HIGHEST)
     for e in envs:

@@ -355,10 +355,10 @@ def test_q_limits_match_pandapower(name, scale, solver, monkeypatch):
     The chord method also with its corrections' products rounded as a TPU's one bfloat16 pass rounds them
     (`CORRECTION_PRECISION`): the path moves, the solution does not."""
     import pandapower as pp
+    import pandapower.networks as pn
 
     if "bfloat16" in solver:
         monkeypatch.setattr(ph.ac, "_correction", _bfloat16_correction)
-    import pandapower.networks as pn
 
     net = getattr(pn, f"case{name}")()
     net.load.p_mw *= scale
