@@ -27,7 +27,8 @@ class ACNetwork:
 
     ybus: [n_bus, n_bus] complex bus admittance matrix
     yff, yft, ytf, ytt: [n_branch] complex branch admittances; f_bus, t_bus: [n_branch] int
-    pvpq: [n_pv + n_pq] int, pq: [n_pq] int  bus indices whose angle / magnitude are unknowns
+    pvpq: [n_pv + n_pq] int, pq: [n_pq] int  bus indices whose angle / magnitude are unknowns: pvpq lists the
+      PV buses, then pq's
     v0: [n_bus] complex starting voltage (generator set-points at PV/ref buses, case Vm/Va elsewhere)
     """
 
@@ -272,6 +273,8 @@ def make_chord_q_limits(net: ACNetwork, v) -> ChordQLimits:
     jf = np.asarray(jacobian(full, v), np.float64)   # d[P(pvpq); Q(pvpq)] / d[Va(pvpq); Vm(pvpq)]
     n = int(net.pvpq.shape[0])
     is_pv = ~np.isin(np.asarray(net.pvpq), np.asarray(net.pq))
+    if np.any(np.diff(is_pv.astype(int)) > 0):
+        raise ValueError("make_chord_q_limits: the network's pvpq must list its PV buses first, then pq's (as make_ac_network does)")
     a = np.concatenate([np.arange(n), n + np.flatnonzero(~is_pv)])   # in the chord method's order
     jinv = np.linalg.inv(jf[np.ix_(a, a)])
     b = n + np.flatnonzero(is_pv)                                      # the PV buses' |V| and Q
@@ -305,9 +308,10 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
     values as they are."""
     v0 = net.v0 if v0 is None else v0
     tol = default_tol(v0.real.dtype) if tol is None else tol
-    n_bus, n = v0.shape[0], net.pvpq.shape[0]
+    n_bus, n, n_pv = v0.shape[0], net.pvpq.shape[0], net.pvpq.shape[0] - net.pq.shape[0]
     real = v0.real.dtype
-    is_pv = jnp.ones(n_bus, bool).at[net.pq].set(False)[net.pvpq]   # [n] PV buses, in pvpq order
+    is_pv = jnp.arange(n) < n_pv   # [n] PV buses, in pvpq order (which lists them first: `ACNetwork`)
+    ref = jnp.ones(n_bus, bool).at[net.pvpq].set(False)
     qlo, qhi = q_min[net.pvpq].astype(real), q_max[net.pvpq].astype(real)
     if v_set is not None:   # the reference and PV buses' |V| are v_set's; v0 is where the iterations start
         held0 = jnp.ones(n_bus, bool).at[net.pq].set(False)
@@ -315,14 +319,21 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
     v_live, s_live = v0, s_bus.astype(v0.dtype)
     net_f, s_f, chord_f, v0 = jax.lax.stop_gradient((net, s_live, chord, v0))
 
-    def iterate(net, chord, vm, va, s, limit, switched):
-        """One chord iteration from the polar voltage (vm, va): (new vm, new va, the residual there (mismatch,
-        switched buses' Q off limit), Q there)."""
+    def restricted(net, v):
+        """The iterations' network: Ybus's rows and columns of the non-reference buses (in pvpq order, so that
+        the PV and PQ buses are slices: no gather or scatter in the loop), and the reference bus's fixed term
+        Ybus[pvpq, ref] V_ref of those rows."""
+        rows = net.ybus[net.pvpq]
+        return rows[:, net.pvpq], rows @ jnp.where(ref, v, 0)
+
+    def iterate(y, y_ref, chord, vm, va, s, limit, switched):
+        """One chord iteration from the polar voltage (vm, va) of the pvpq buses: (new vm, new va, the residual
+        there (mismatch, switched buses' Q off limit), Q there)."""
         v = vm * jnp.exp(1j * va).astype(v0.dtype)
-        s_inj = v * jnp.conj(net.ybus @ v)
+        s_inj = v * jnp.conj(y @ v + y_ref)
         mis = s_inj - s
-        f = jnp.concatenate([mis.real[net.pvpq], mis.imag[net.pq]])
-        q = s_inj.imag[net.pvpq]
+        f = jnp.concatenate([mis.real, mis.imag[n_pv:]])
+        q = s_inj.imag
         q_off = jnp.where(switched, limit - q, 0.0)
         g = _correction(chord.jinv, f)
         gain = jnp.where(switched, 1.0 / jnp.where(switched, jnp.diagonal(chord.schur), 1.0), 0.0)
@@ -330,7 +341,7 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
         # step lowers the residual, which Jacobi's need not where the buses are tightly coupled)
         r = q_off + _correction(chord.q_rows, g)
         dvm_pv = jnp.zeros_like(r)
-        for _ in range(min(Q_SWEEPS, n - net.pq.shape[0])):   # at most one per PV bus
+        for _ in range(min(Q_SWEEPS, n_pv)):   # at most one per PV bus
             z = gain * r
             w = jnp.where(switched, _correction(chord.schur, z), 0.0)
             # where the residual is far below the tolerance (solved, or no bus switched) a plain Jacobi step: the
@@ -342,29 +353,32 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
             dvm_pv, r = dvm_pv + alpha * z, r - alpha * w
         dx = -g - _correction(chord.coupling, dvm_pv)
         residual = jnp.maximum(jnp.max(jnp.abs(f)), jnp.max(jnp.abs(q_off)))
-        return vm.at[net.pq].add(dx[n:]).at[net.pvpq].add(dvm_pv), va.at[net.pvpq].add(dx[:n]), residual, q
+        return vm + jnp.concatenate([jnp.zeros(n_pv, real), dx[n:]]) + dvm_pv, va + dx[:n], residual, q
 
-    def body(net, chord, s):
+    def body(y, y_ref, chord, s):
         def one(_, carry):
             vm, va, limit, switched = carry
-            vm_next, va_next, residual, q = iterate(net, chord, vm, va, s, limit, switched)
+            vm_next, va_next, residual, q = iterate(y, y_ref, chord, vm, va, s, limit, switched)
             free = (residual < tol) & is_pv & ~switched   # solved here: its violations switch from the next iteration
             over, under = free & (q > qhi), free & (q < qlo)
             return vm_next, va_next, jnp.where(over, qhi, jnp.where(under, qlo, limit)), switched | over | under
         return one
 
+    def polar(v):
+        return jnp.abs(v)[net.pvpq], jnp.angle(v)[net.pvpq]
+
     live = min(derivative_iters, iters)
-    carry = jax.lax.fori_loop(0, iters - live, body(net_f, chord_f, s_f), (jnp.abs(v0), jnp.angle(v0), jnp.zeros(n, real), jnp.zeros(n, bool)))
+    y_f, y_ref_f = restricted(net_f, v0)
+    s_p = s_f[net.pvpq]
+    carry = jax.lax.fori_loop(0, iters - live, body(y_f, y_ref_f, chord_f, s_p), (*polar(v0), jnp.zeros(n, real), jnp.zeros(n, bool)))
     # the last iterations with the live inputs: their derivative is the fixed point's (the tangent iterates
     # to the implicit derivative as the values do to the solution); the held set-points enter through _held_from
     vm, va, limit, switched = carry
-    held = jnp.ones(n_bus, bool).at[net.pvpq].set(is_pv & ~switched)   # reference and unswitched PV buses
-    ref = jnp.ones(n_bus, bool).at[net.pvpq].set(False)
-    v = _held_from(vm * jnp.exp(1j * va).astype(v0.dtype), v_live, held, ref)
-    carry = (jnp.abs(v), jnp.angle(v), limit, switched)
-    vm, va, limit, switched = jax.lax.fori_loop(0, live, body(net, chord, s_live), carry)
-    v = vm * jnp.exp(1j * va).astype(v0.dtype)
-    _, _, mismatch, q = iterate(net_f, chord_f, *jax.lax.stop_gradient((vm, va)), s_f, limit, switched)
+    held = ref.at[net.pvpq].set(is_pv & ~switched)   # reference and unswitched PV buses
+    v = _held_from(v0.at[net.pvpq].set(vm * jnp.exp(1j * va).astype(v0.dtype)), v_live, held, ref)
+    vm, va, limit, switched = jax.lax.fori_loop(0, live, body(*restricted(net, v), chord, s_live[net.pvpq]), (*polar(v), limit, switched))
+    v = v.at[net.pvpq].set(vm * jnp.exp(1j * va).astype(v0.dtype))
+    _, _, mismatch, q = iterate(y_f, y_ref_f, chord_f, *jax.lax.stop_gradient((vm, va)), s_p, limit, switched)
     within = ~jnp.any(is_pv & ~switched & ((q > qhi + 10 * tol) | (q < qlo - 10 * tol)))
     return v, (mismatch < tol) & within, mismatch, jnp.zeros(n_bus, bool).at[net.pvpq].set(switched)
 
