@@ -310,13 +310,15 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
     tol = default_tol(v0.real.dtype) if tol is None else tol
     n_bus, n, n_pv = v0.shape[0], net.pvpq.shape[0], net.pvpq.shape[0] - net.pq.shape[0]
     real = v0.real.dtype
-    is_pv = jnp.arange(n) < n_pv   # [n] PV buses, in pvpq order (which lists them first: `ACNetwork`)
     ref = jnp.ones(n_bus, bool).at[net.pvpq].set(False)
-    qlo, qhi = q_min[net.pvpq].astype(real), q_max[net.pvpq].astype(real)
+    pv = net.pvpq[:n_pv]   # pvpq lists the PV buses first (`ACNetwork`): the switching's entries are pvpq's first n_pv
+    qlo, qhi = q_min[pv].astype(real), q_max[pv].astype(real)
     if v_set is not None:   # the reference and PV buses' |V| are v_set's; v0 is where the iterations start
         held0 = jnp.ones(n_bus, bool).at[net.pq].set(False)
         v0 = jnp.where(held0, jnp.abs(v_set) * jnp.exp(1j * jnp.angle(v0)), v0).astype(v0.dtype)
     v_live, s_live = v0, s_bus.astype(v0.dtype)
+    # the PV buses' rows and columns of the matrices that act on their |V| and Q (the others' are zero)
+    chord = chord.replace(coupling=chord.coupling[:, :n_pv], q_rows=chord.q_rows[:n_pv], schur=chord.schur[:n_pv, :n_pv])
     net_f, s_f, chord_f, v0 = jax.lax.stop_gradient((net, s_live, chord, v0))
 
     def restricted(net, v):
@@ -328,12 +330,12 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
 
     def iterate(y, y_ref, chord, vm, va, s, limit, switched):
         """One chord iteration from the polar voltage (vm, va) of the pvpq buses: (new vm, new va, the residual
-        there (mismatch, switched buses' Q off limit), Q there)."""
+        there (mismatch, switched buses' Q off limit), the PV buses' Q there)."""
         v = vm * jnp.exp(1j * va).astype(v0.dtype)
         s_inj = v * jnp.conj(y @ v + y_ref)
         mis = s_inj - s
         f = jnp.concatenate([mis.real, mis.imag[n_pv:]])
-        q = s_inj.imag
+        q = s_inj.imag[:n_pv]
         q_off = jnp.where(switched, limit - q, 0.0)
         g = _correction(chord.jinv, f)
         gain = jnp.where(switched, 1.0 / jnp.where(switched, jnp.diagonal(chord.schur), 1.0), 0.0)
@@ -352,14 +354,14 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
             alpha = jnp.where(mr, jnp.sum(r * w) / jnp.where(mr, ww, 1.0), 1.0)
             dvm_pv, r = dvm_pv + alpha * z, r - alpha * w
         dx = -g - _correction(chord.coupling, dvm_pv)
-        residual = jnp.maximum(jnp.max(jnp.abs(f)), jnp.max(jnp.abs(q_off)))
-        return vm + jnp.concatenate([jnp.zeros(n_pv, real), dx[n:]]) + dvm_pv, va + dx[:n], residual, q
+        residual = jnp.maximum(jnp.max(jnp.abs(f)), jnp.max(jnp.abs(q_off), initial=0.0))   # (no PV bus: empty)
+        return vm + jnp.concatenate([dvm_pv, dx[n:]]), va + dx[:n], residual, q
 
     def body(y, y_ref, chord, s):
         def one(_, carry):
             vm, va, limit, switched = carry
             vm_next, va_next, residual, q = iterate(y, y_ref, chord, vm, va, s, limit, switched)
-            free = (residual < tol) & is_pv & ~switched   # solved here: its violations switch from the next iteration
+            free = (residual < tol) & ~switched   # solved here: its violations switch from the next iteration
             over, under = free & (q > qhi), free & (q < qlo)
             return vm_next, va_next, jnp.where(over, qhi, jnp.where(under, qlo, limit)), switched | over | under
         return one
@@ -370,17 +372,17 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
     live = min(derivative_iters, iters)
     y_f, y_ref_f = restricted(net_f, v0)
     s_p = s_f[net.pvpq]
-    carry = jax.lax.fori_loop(0, iters - live, body(y_f, y_ref_f, chord_f, s_p), (*polar(v0), jnp.zeros(n, real), jnp.zeros(n, bool)))
+    carry = jax.lax.fori_loop(0, iters - live, body(y_f, y_ref_f, chord_f, s_p), (*polar(v0), jnp.zeros(n_pv, real), jnp.zeros(n_pv, bool)))
     # the last iterations with the live inputs: their derivative is the fixed point's (the tangent iterates
     # to the implicit derivative as the values do to the solution); the held set-points enter through _held_from
     vm, va, limit, switched = carry
-    held = ref.at[net.pvpq].set(is_pv & ~switched)   # reference and unswitched PV buses
+    held = ref.at[pv].set(~switched)   # reference and unswitched PV buses
     v = _held_from(v0.at[net.pvpq].set(vm * jnp.exp(1j * va).astype(v0.dtype)), v_live, held, ref)
     vm, va, limit, switched = jax.lax.fori_loop(0, live, body(*restricted(net, v), chord, s_live[net.pvpq]), (*polar(v), limit, switched))
     v = v.at[net.pvpq].set(vm * jnp.exp(1j * va).astype(v0.dtype))
     _, _, mismatch, q = iterate(y_f, y_ref_f, chord_f, *jax.lax.stop_gradient((vm, va)), s_p, limit, switched)
-    within = ~jnp.any(is_pv & ~switched & ((q > qhi + 10 * tol) | (q < qlo - 10 * tol)))
-    return v, (mismatch < tol) & within, mismatch, jnp.zeros(n_bus, bool).at[net.pvpq].set(switched)
+    within = ~jnp.any(~switched & ((q > qhi + 10 * tol) | (q < qlo - 10 * tol)))
+    return v, (mismatch < tol) & within, mismatch, jnp.zeros(n_bus, bool).at[pv].set(switched)
 
 
 def _correction(matrix, x):
