@@ -321,16 +321,17 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
     chord = chord.replace(coupling=chord.coupling[:, :n_pv], q_rows=chord.q_rows[:n_pv], schur=chord.schur[:n_pv, :n_pv])
     net_f, s_f, chord_f, v0 = jax.lax.stop_gradient((net, s_live, chord, v0))
 
-    def restricted(net, v):
-        """The iterations' network: Ybus's rows and columns of the non-reference buses (in pvpq order, so that
-        the PV and PQ buses are slices: no gather or scatter in the loop), and the reference bus's fixed term
-        Ybus[pvpq, ref] V_ref of those rows."""
+    def system(net, chord, v):
+        """What the iterations use, picked before the loop (so that the loop gathers and scatters nothing): Ybus's
+        rows and columns of the non-reference buses (in pvpq order, where the PV and PQ buses are slices), the
+        reference bus's fixed term Ybus[pvpq, ref] V_ref of those rows, `chord` and its Schur complement's diagonal."""
         rows = net.ybus[net.pvpq]
-        return rows[:, net.pvpq], rows @ jnp.where(ref, v, 0)
+        return rows[:, net.pvpq], rows @ jnp.where(ref, v, 0), chord, jnp.diagonal(chord.schur)
 
-    def iterate(y, y_ref, chord, vm, va, s, limit, switched):
+    def iterate(system, vm, va, s, limit, switched):
         """One chord iteration from the polar voltage (vm, va) of the pvpq buses: (new vm, new va, the residual
         there (mismatch, switched buses' Q off limit), the PV buses' Q there)."""
+        y, y_ref, chord, pivot = system
         v = vm * jnp.exp(1j * va).astype(v0.dtype)
         s_inj = v * jnp.conj(y @ v + y_ref)
         mis = s_inj - s
@@ -338,7 +339,7 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
         q = s_inj.imag[:n_pv]
         q_off = jnp.where(switched, limit - q, 0.0)
         g = _correction(chord.jinv, f)
-        gain = jnp.where(switched, 1.0 / jnp.where(switched, jnp.diagonal(chord.schur), 1.0), 0.0)
+        gain = jnp.where(switched, 1.0 / jnp.where(switched, pivot, 1.0), 0.0)
         # S_ss d|V| = t over the switched buses: minimal-residual steps preconditioned by S's diagonal (each
         # step lowers the residual, which Jacobi's need not where the buses are tightly coupled)
         r = q_off + _correction(chord.q_rows, g)
@@ -357,10 +358,10 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
         residual = jnp.maximum(jnp.max(jnp.abs(f)), jnp.max(jnp.abs(q_off), initial=0.0))   # (no PV bus: empty)
         return vm + jnp.concatenate([dvm_pv, dx[n:]]), va + dx[:n], residual, q
 
-    def body(y, y_ref, chord, s):
+    def body(system, s):
         def one(_, carry):
             vm, va, limit, switched = carry
-            vm_next, va_next, residual, q = iterate(y, y_ref, chord, vm, va, s, limit, switched)
+            vm_next, va_next, residual, q = iterate(system, vm, va, s, limit, switched)
             free = (residual < tol) & ~switched   # solved here: its violations switch from the next iteration
             over, under = free & (q > qhi), free & (q < qlo)
             return vm_next, va_next, jnp.where(over, qhi, jnp.where(under, qlo, limit)), switched | over | under
@@ -370,17 +371,16 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
         return jnp.abs(v)[net.pvpq], jnp.angle(v)[net.pvpq]
 
     live = min(derivative_iters, iters)
-    y_f, y_ref_f = restricted(net_f, v0)
-    s_p = s_f[net.pvpq]
-    carry = jax.lax.fori_loop(0, iters - live, body(y_f, y_ref_f, chord_f, s_p), (*polar(v0), jnp.zeros(n_pv, real), jnp.zeros(n_pv, bool)))
+    system_f, s_p = system(net_f, chord_f, v0), s_f[net.pvpq]
+    carry = jax.lax.fori_loop(0, iters - live, body(system_f, s_p), (*polar(v0), jnp.zeros(n_pv, real), jnp.zeros(n_pv, bool)))
     # the last iterations with the live inputs: their derivative is the fixed point's (the tangent iterates
     # to the implicit derivative as the values do to the solution); the held set-points enter through _held_from
     vm, va, limit, switched = carry
     held = ref.at[pv].set(~switched)   # reference and unswitched PV buses
     v = _held_from(v0.at[net.pvpq].set(vm * jnp.exp(1j * va).astype(v0.dtype)), v_live, held, ref)
-    vm, va, limit, switched = jax.lax.fori_loop(0, live, body(*restricted(net, v), chord, s_live[net.pvpq]), (*polar(v), limit, switched))
+    vm, va, limit, switched = jax.lax.fori_loop(0, live, body(system(net, chord, v), s_live[net.pvpq]), (*polar(v), limit, switched))
     v = v.at[net.pvpq].set(vm * jnp.exp(1j * va).astype(v0.dtype))
-    _, _, mismatch, q = iterate(y_f, y_ref_f, chord_f, *jax.lax.stop_gradient((vm, va)), s_p, limit, switched)
+    _, _, mismatch, q = iterate(system_f, *jax.lax.stop_gradient((vm, va)), s_p, limit, switched)
     within = ~jnp.any(~switched & ((q > qhi + 10 * tol) | (q < qlo - 10 * tol)))
     return v, (mismatch < tol) & within, mismatch, jnp.zeros(n_bus, bool).at[pv].set(switched)
 
