@@ -62,27 +62,28 @@ def supported(task: str) -> bool:
     return reference(task) is not None
 
 
-KEY_BITS = 20    # a float leaf enters a cache key with each entry rounded to 20 significant bits
-KEY_FLOOR = 30   # and the entries below 2^-30 of the leaf's largest as zero
+KEY_BITS = 20    # a float leaf enters a cache key on a grid of 2^-20 of its largest entry
 
 
 def _key_bytes(leaf) -> bytes:
     """A params leaf as it enters a cache key: integers and booleans as they are; floats (a complex leaf's
-    real and imaginary parts together) with each entry rounded to KEY_BITS significant bits, those below
-    2^-KEY_FLOOR of the leaf's largest finite magnitude as zero, the others (inf, NaN) as they are. The
-    set-up's products (PTDFs, the loads' flows, inverse Jacobians) carry the host's round-off in their last
-    bits, and entries zero in exact arithmetic come out as 1e-17 noise: another CPU (a TPU machine's host)
-    computes other last bits, and rounded they make the same key (the chance that round-off of 1e-15
-    straddles a rounding point is ~1e-9 an entry). A change below 2^-20 of an entry makes none."""
+    real and imaginary parts together) as their largest finite magnitude rounded to KEY_BITS significant bits
+    and each entry on a grid of 2^-KEY_BITS of it, the others (inf, NaN) as they are. The set-up's products
+    (PTDFs, the loads' flows, inverse Jacobians) carry the host's round-off, ~1e-15 of the leaf's largest entry
+    in every entry (zero ones too); another CPU (a TPU machine's host) computes other round-off, and on this
+    grid it makes the same key (the chance that round-off straddles a grid point is ~1e-9 an entry, also for
+    the small entries, where rounding each to its own significant bits is not safe). A change below 2^-20 of
+    the leaf's largest entry makes none."""
     x = np.asarray(leaf)
     if not np.issubdtype(x.dtype, np.inexact):
         return x.tobytes()
     x = np.stack([x.real, x.imag]) if np.iscomplexobj(x) else x.astype(np.float64)
     finite = np.isfinite(x)
     top = float(np.max(np.abs(x[finite]), initial=0.0))
-    mantissa, exponent = np.frexp(np.where(finite & (np.abs(x) >= top * 2.0 ** -KEY_FLOOR), x, 0.0))
-    rounded = np.ldexp(np.round(mantissa * 2.0 ** KEY_BITS) / 2.0 ** KEY_BITS, exponent) + 0.0   # + 0.0: no -0.0
-    return rounded.tobytes() + np.where(finite, 0.0, x).tobytes()
+    mantissa, exponent = np.frexp(top)
+    scale = np.ldexp(np.round(mantissa * 2.0 ** KEY_BITS) / 2.0 ** KEY_BITS, exponent)   # 1.0 whichever side
+    grid = np.round(np.where(finite, x, 0.0) / (top or 1.0) * 2.0 ** KEY_BITS) + 0.0   # + 0.0: no -0.0
+    return np.float64(scale).tobytes() + grid.tobytes() + np.where(finite, 0.0, x).tobytes()
 
 
 def _cache_path(task: str, split: str, params, observed: bool = False) -> Path:
