@@ -339,21 +339,7 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
         q = s_inj.imag[:n_pv]
         q_off = jnp.where(switched, limit - q, 0.0)
         g = _correction(chord.jinv, f)
-        gain = jnp.where(switched, 1.0 / jnp.where(switched, pivot, 1.0), 0.0)
-        # S_ss d|V| = t over the switched buses: minimal-residual steps preconditioned by S's diagonal (each
-        # step lowers the residual, which Jacobi's need not where the buses are tightly coupled)
-        r = q_off + _correction(chord.q_rows, g)
-        dvm_pv = jnp.zeros_like(r)
-        for _ in range(min(Q_SWEEPS, n_pv)):   # at most one per PV bus
-            z = gain * r
-            w = jnp.where(switched, _correction(chord.schur, z), 0.0)
-            # where the residual is far below the tolerance (solved, or no bus switched) a plain Jacobi step: the
-            # quotient's derivative would divide by an underflowing ww^2, and the derivative (the tangent's own
-            # iterations, which go on after the values have converged) needs a step linear in r
-            ww = jnp.sum(w * w)
-            mr = ww > (1e-3 * tol) ** 2
-            alpha = jnp.where(mr, jnp.sum(r * w) / jnp.where(mr, ww, 1.0), 1.0)
-            dvm_pv, r = dvm_pv + alpha * z, r - alpha * w
+        dvm_pv = _switched_step(chord.schur, pivot, q_off + _correction(chord.q_rows, g), switched, tol)
         dx = -g - _correction(chord.coupling, dvm_pv)
         residual = jnp.maximum(jnp.max(jnp.abs(f)), jnp.max(jnp.abs(q_off), initial=0.0))   # (no PV bus: empty)
         return vm + jnp.concatenate([dvm_pv, dx[n:]]), va + dx[:n], residual, q
@@ -383,6 +369,25 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
     _, _, mismatch, q = iterate(system_f, *jax.lax.stop_gradient((vm, va)), s_p, limit, switched)
     within = ~jnp.any(~switched & ((q > qhi + 10 * tol) | (q < qlo - 10 * tol)))
     return v, (mismatch < tol) & within, mismatch, jnp.zeros(n_bus, bool).at[pv].set(switched)
+
+
+def _switched_step(schur, pivot, r, switched, tol):
+    """d|V| of the switched PV buses from S_ss d|V| = r (`chord_q_limits`): Q_SWEEPS minimal-residual steps (at
+    most one per PV bus) preconditioned by S's diagonal `pivot` (each step lowers the residual, which Jacobi's
+    need not where the buses are tightly coupled)."""
+    gain = jnp.where(switched, 1.0 / jnp.where(switched, pivot, 1.0), 0.0)
+    dvm = jnp.zeros_like(r)
+    for _ in range(min(Q_SWEEPS, r.shape[0])):
+        z = gain * r
+        w = jnp.where(switched, _correction(schur, z), 0.0)
+        # where the residual is far below the tolerance (solved, or no bus switched) a plain Jacobi step: the
+        # quotient's derivative would divide by an underflowing ww^2, and the derivative (the tangent's own
+        # iterations, which go on after the values have converged) needs a step linear in r
+        ww = jnp.sum(w * w)
+        mr = ww > (1e-3 * tol) ** 2
+        alpha = jnp.where(mr, jnp.sum(r * w) / jnp.where(mr, ww, 1.0), 1.0)
+        dvm, r = dvm + alpha * z, r - alpha * w
+    return dvm
 
 
 def _correction(matrix, x):
