@@ -384,27 +384,6 @@ def test_q_limits_match_pandapower(name, scale, solver, monkeypatch):
     assert np.max(np.abs(np.abs(np.asarray(plain)) - np.abs(np.asarray(v)))) > 1e-3  # the limits changed the answer
 
 
-@pytest.mark.slow
-def test_chord_solves_random_set_points_where_newton_does():
-    """case118 at its own loads with 32 seeded draws of random voltage set-points (0.94-1.06 p.u.), float64: many
-    units reach their reactive limits. Full Newton solves 24 draws; the chord method 21 in its 60 iterations, to
-    1e-9 p.u. of Newton's voltages (its minimal-residual steps alone, the Krylov steps and the mixing before:
-    15, the others stalled with the switched units' Q off their limits)."""
-    with jax.enable_x64(True):
-        case, qmin, qmax = _scaled_case("118", 1.0)
-        acn, chord = ph.make_ac_network(case), _base_point_chord("118")
-        s, limits = jnp.asarray(bus_injection_pu(case)), (jnp.asarray(qmin), jnp.asarray(qmax))
-        held = np.flatnonzero(np.isin(np.arange(case.n_bus), np.asarray(acn.pq), invert=True))
-        vset = np.random.default_rng(0).uniform(0.94, 1.06, (32, held.size))
-        v0 = jnp.tile(acn.v0, (32, 1)).at[:, held].set(vset * np.exp(1j * np.angle(np.asarray(acn.v0)[held])))
-        v_chord, solved, _, _ = jax.jit(jax.vmap(lambda v: ph.chord_q_limits(acn, s, *limits, chord, v, v_set=v)))(v0)
-        v_newton, newton_solved, _, _ = jax.jit(jax.vmap(lambda v: ph.newton_raphson_q_limits(acn, s, *limits, v, v_set=v)))(v0)
-    solved, newton_solved = np.asarray(solved), np.asarray(newton_solved)
-    assert newton_solved.sum() == 24 and (solved & newton_solved).sum() >= 20, (solved.sum(), newton_solved.sum())
-    both = solved & newton_solved
-    np.testing.assert_allclose(np.asarray(v_chord)[both], np.asarray(v_newton)[both], atol=1e-9)
-
-
 def test_a_failed_solve_switches_no_bus():
     """As MATPOWER's runpf (`if success && qlim`), PV -> PQ switching follows a converged solve only: with
     case14's loads x6 the first Newton solve fails (so does the one without limits), and no bus is switched
