@@ -242,7 +242,7 @@ def newton_raphson_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarr
 
 CHORD_Q_ITERS = 60      # chord_q_limits: iterations by default (the tso-caseN-ac tasks' count)
 DERIVATIVE_ITERS = 30   # chord_q_limits: the last iterations, which carry the derivative
-Q_SWEEPS = 8   # chord_q_limits: minimal-residual steps an iteration on the switched buses' Schur complement
+Q_SWEEPS = 8   # chord_q_limits: Krylov (GMRES) or minimal-residual steps an iteration on the switched buses' block
 # chord_q_limits: the precision of the products with its fixed matrices (the correction; the residual, through
 # the admittances, stays at full precision): a chord step's fixed point is where the residual vanishes, whatever
 # matrix maps the residual to the step, so the matrix unit's one bfloat16 pass (where the full float32 product
@@ -294,8 +294,8 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
 
     Each iteration is a chord step of the block system with the switched buses' |V| as unknowns and their Q
     at the limit as equations, by elimination with `chord`'s fixed matrices: g = J_aa^-1 f, then
-    S_ss d|V|_s = (Q_limit - Q + H_ba g)_s by Q_SWEEPS minimal-residual steps preconditioned by S's diagonal
-    (at most one per PV bus), then da = -g - J_aa^-1 J_ab d|V|.
+    S_ss d|V|_s = (Q_limit - Q + H_ba g)_s by Q_SWEEPS Krylov steps (`_gmres_step`; minimal-residual ones in
+    the derivative iterations, `_mr_step`), then da = -g - J_aa^-1 J_ab d|V|.
     A switched bus's |V| moves until its Q sits at the limit: the fixed point is the PQ bus's solution.
     Switching as MATPOWER's runpf: once the iterate is solved (mismatch below `tol`), every PV bus whose Q
     is outside its limits switches, never back; the iterations go on from there. Four matrix-vector
@@ -304,8 +304,9 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
     Returns (v, converged, max_mismatch p.u., switched [n_bus] bool) as `newton_raphson_q_limits`. The
     derivative is that of the last `derivative_iters` iterations, which see the live inputs: it converges to
     the solution's (implicit) derivative as the iterate does to the solution (the chord method's one step in
-    `newton_raphson` gives its fixed matrix's); fewer cost less forward-mode work per tangent and leave the
-    values as they are."""
+    `newton_raphson` gives its fixed matrix's); fewer cost less forward-mode work per tangent. Their inner
+    steps are the minimal-residual ones, whose derivative is linear in the tangent and iterates to the fixed
+    point's (GMRES's, through its normalisations, did not behind the voltage schedule in float32)."""
     v0 = net.v0 if v0 is None else v0
     tol = default_tol(v0.real.dtype) if tol is None else tol
     n_bus, n, n_pv = v0.shape[0], net.pvpq.shape[0], net.pvpq.shape[0] - net.pq.shape[0]
@@ -328,7 +329,7 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
         rows = net.ybus[net.pvpq]
         return rows[:, net.pvpq], rows @ jnp.where(ref, v, 0), chord, jnp.diagonal(chord.schur)
 
-    def iterate(system, vm, va, s, limit, switched):
+    def iterate(system, vm, va, s, limit, switched, step):
         """One chord iteration from the polar voltage (vm, va) of the pvpq buses: (new vm, new va, the residual
         there (mismatch, switched buses' Q off limit), the PV buses' Q there)."""
         y, y_ref, chord, pivot = system
@@ -339,15 +340,15 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
         q = s_inj.imag[:n_pv]
         q_off = jnp.where(switched, limit - q, 0.0)
         g = _correction(chord.jinv, f)
-        dvm_pv = _switched_step(chord.schur, pivot, q_off + _correction(chord.q_rows, g), switched, tol)
+        dvm_pv = step(chord.schur, pivot, q_off + _correction(chord.q_rows, g), switched, tol)
         dx = -g - _correction(chord.coupling, dvm_pv)
         residual = jnp.maximum(jnp.max(jnp.abs(f)), jnp.max(jnp.abs(q_off), initial=0.0))   # (no PV bus: empty)
         return vm + jnp.concatenate([dvm_pv, dx[n:]]), va + dx[:n], residual, q
 
-    def body(system, s):
+    def body(system, s, step):
         def one(_, carry):
             vm, va, limit, switched = carry
-            vm_next, va_next, residual, q = iterate(system, vm, va, s, limit, switched)
+            vm_next, va_next, residual, q = iterate(system, vm, va, s, limit, switched, step)
             free = (residual < tol) & ~switched   # solved here: its violations switch from the next iteration
             over, under = free & (q > qhi), free & (q < qlo)
             return vm_next, va_next, jnp.where(over, qhi, jnp.where(under, qlo, limit)), switched | over | under
@@ -358,23 +359,24 @@ def chord_q_limits(net: ACNetwork, s_bus: jnp.ndarray, q_min: jnp.ndarray, q_max
 
     live = min(derivative_iters, iters)
     system_f, s_p = system(net_f, chord_f, v0), s_f[net.pvpq]
-    carry = jax.lax.fori_loop(0, iters - live, body(system_f, s_p), (*polar(v0), jnp.zeros(n_pv, real), jnp.zeros(n_pv, bool)))
+    carry = jax.lax.fori_loop(0, iters - live, body(system_f, s_p, _gmres_step), (*polar(v0), jnp.zeros(n_pv, real), jnp.zeros(n_pv, bool)))
     # the last iterations with the live inputs: their derivative is the fixed point's (the tangent iterates
     # to the implicit derivative as the values do to the solution); the held set-points enter through _held_from
     vm, va, limit, switched = carry
     held = ref.at[pv].set(~switched)   # reference and unswitched PV buses
     v = _held_from(v0.at[net.pvpq].set(vm * jnp.exp(1j * va).astype(v0.dtype)), v_live, held, ref)
-    vm, va, limit, switched = jax.lax.fori_loop(0, live, body(system(net, chord, v), s_live[net.pvpq]), (*polar(v), limit, switched))
+    vm, va, limit, switched = jax.lax.fori_loop(0, live, body(system(net, chord, v), s_live[net.pvpq], _mr_step),
+                                                (*polar(v), limit, switched))
     v = v.at[net.pvpq].set(vm * jnp.exp(1j * va).astype(v0.dtype))
-    _, _, mismatch, q = iterate(system_f, *jax.lax.stop_gradient((vm, va)), s_p, limit, switched)
+    _, _, mismatch, q = iterate(system_f, *jax.lax.stop_gradient((vm, va)), s_p, limit, switched, _mr_step)
     within = ~jnp.any(~switched & ((q > qhi + 10 * tol) | (q < qlo - 10 * tol)))
     return v, (mismatch < tol) & within, mismatch, jnp.zeros(n_bus, bool).at[pv].set(switched)
 
 
-def _switched_step(schur, pivot, r, switched, tol):
-    """d|V| of the switched PV buses from S_ss d|V| = r (`chord_q_limits`): Q_SWEEPS minimal-residual steps (at
-    most one per PV bus) preconditioned by S's diagonal `pivot` (each step lowers the residual, which Jacobi's
-    need not where the buses are tightly coupled)."""
+def _mr_step(schur, pivot, r, switched, tol):
+    """d|V| of the switched PV buses from S_ss d|V| = r (`chord_q_limits`' derivative iterations): Q_SWEEPS
+    minimal-residual steps (at most one per PV bus) preconditioned by S's diagonal `pivot` (each step lowers the
+    residual, which Jacobi's need not where the buses are tightly coupled)."""
     gain = jnp.where(switched, 1.0 / jnp.where(switched, pivot, 1.0), 0.0)
     dvm = jnp.zeros_like(r)
     for _ in range(min(Q_SWEEPS, r.shape[0])):
@@ -388,6 +390,44 @@ def _switched_step(schur, pivot, r, switched, tol):
         alpha = jnp.where(mr, jnp.sum(r * w) / jnp.where(mr, ww, 1.0), 1.0)
         dvm, r = dvm + alpha * z, r - alpha * w
     return dvm
+
+
+def _gmres_step(schur, pivot, r, switched, tol):
+    """d|V| of the switched PV buses from S_ss d|V| = r (`chord_q_limits`): Q_SWEEPS steps of GMRES (at most one
+    per PV bus), right-preconditioned by S's diagonal `pivot`: the residual's least-squares minimum over the
+    Krylov space. Minimal-residual steps (one direction a step) stall where their step vanishes with the
+    residual still there, and the iterations with them (the switched units' Q off their limits for good). Givens
+    rotations keep the least squares in scalar arithmetic per env; far below the tolerance (solved, or no bus
+    switched) one Jacobi step."""
+    gain = jnp.where(switched, 1.0 / jnp.where(switched, pivot, 1.0), 0.0)
+    k = min(Q_SWEEPS, r.shape[0])
+    b = jnp.where(switched, r, 0.0)
+    beta = jnp.sqrt(jnp.sum(b * b))
+    solving = beta > 1e-3 * tol
+    basis = [b / jnp.where(solving, beta, 1.0)]
+    h = [[None] * k for _ in range(k + 1)]
+    cos, sin, rhs = [], [], [beta] + [jnp.zeros_like(beta)] * k
+    for j in range(k):
+        w = jnp.where(switched, _correction(schur, gain * basis[j]), 0.0)
+        for i in range(j + 1):   # modified Gram-Schmidt
+            h[i][j] = jnp.sum(w * basis[i])
+            w = w - h[i][j] * basis[i]
+        h[j + 1][j] = jnp.sqrt(jnp.sum(w * w))
+        basis.append(w / jnp.where(h[j + 1][j] > 0, h[j + 1][j], 1.0))
+        for i in range(j):   # the earlier rotations on the new column, then one that zeroes its last entry
+            h[i][j], h[i + 1][j] = cos[i] * h[i][j] + sin[i] * h[i + 1][j], cos[i] * h[i + 1][j] - sin[i] * h[i][j]
+        norm = jnp.sqrt(h[j][j] ** 2 + h[j + 1][j] ** 2)
+        live = norm > 0
+        cos.append(jnp.where(live, h[j][j] / jnp.where(live, norm, 1.0), 1.0))
+        sin.append(jnp.where(live, h[j + 1][j] / jnp.where(live, norm, 1.0), 0.0))
+        h[j][j] = norm
+        rhs[j], rhs[j + 1] = cos[j] * rhs[j], -sin[j] * rhs[j]
+    y = [None] * k   # back substitution on the rotated (triangular) least squares
+    for j in reversed(range(k)):
+        t = rhs[j] - sum(h[j][i] * y[i] for i in range(j + 1, k))
+        y[j] = jnp.where(h[j][j] != 0, t / jnp.where(h[j][j] != 0, h[j][j], 1.0), 0.0)
+    z = gain * sum(y[j] * basis[j] for j in range(k))
+    return jnp.where(solving, z, gain * r)
 
 
 def _correction(matrix, x):
