@@ -35,8 +35,8 @@ class DCNetwork:
 
 
 def _reduced_b(case: Case):
-    """(branch-bus incidence [n_branch, n_bus], the same scaled by the susceptances, B [n_bus, n_bus] (sparse),
-    the reduced B's sparse LU, the non-reference buses' mask, the phase shifters' branch injections p.u.)."""
+    """(branch-bus incidence [n_branch, n_bus], the same scaled by the susceptances (sparse), the reduced
+    B's sparse LU, the non-reference buses' mask, the phase shifters' branch injections p.u.)."""
     import scipy.sparse as sp
     from scipy.sparse.linalg import splu
 
@@ -48,7 +48,7 @@ def _reduced_b(case: Case):
     bf = (sp.diags(b) @ inc).tocsr()
     bbus = (inc.T @ bf).tocsc()
     keep = np.arange(n) != ref
-    return inc, bf, bbus, splu(bbus[keep][:, keep].tocsc()), keep, -b * np.deg2rad(case.branch[:, SHIFT])
+    return inc, bf, splu(bbus[keep][:, keep].tocsc()), keep, -b * np.deg2rad(case.branch[:, SHIFT])
 
 
 def make_dc_network(case: Case) -> DCNetwork:
@@ -56,7 +56,7 @@ def make_dc_network(case: Case) -> DCNetwork:
     sparse and the reduced B is factored once (SuperLU) and solved for every bus: O(n_bus^2) memory and a
     few seconds at 9,241 buses, where dense products and a dense inverse took 107 s."""
     n, ref, base = case.n_bus, case.ref_bus, case.base_mva
-    inc, bf, _, lu, keep, pf_inj = _reduced_b(case)
+    inc, bf, lu, keep, pf_inj = _reduced_b(case)
     pbus_inj = inc.T @ pf_inj
     gs = case.bus[:, GS] / base
     va_ref = np.deg2rad(case.bus[ref, VA])
@@ -82,7 +82,7 @@ def injection_flows(case: Case, p_bus_mw: np.ndarray) -> np.ndarray:
     """The branch flows [..., n_branch] MW of many injection vectors `p_bus_mw` [..., n_bus] (the reference
     bus's entries ignored; flow0 not included): PTDF @ p, by sparse solves with the reduced B on the host in
     float64 (a day set of 9241pegase's loads in seconds, where the dense product is 455 GFLOP)."""
-    _, bf, _, lu, keep, _ = _reduced_b(case)
+    _, bf, lu, keep, _ = _reduced_b(case)
     p = np.asarray(p_bus_mw, np.float64).reshape(-1, case.n_bus)
     theta = np.zeros((case.n_bus, p.shape[0]))
     theta[keep] = lu.solve(np.ascontiguousarray(p[:, keep].T))
