@@ -170,7 +170,7 @@ def test_random_set_points_leave_few_ac_steps_unsolved():
     """tso-case118-ac under random actions (64 envs x 48 steps, seeded): random voltage set-points push many units
     to their reactive limits. The chord method's minimal-residual steps alone stalled there (the switched units'
     Q off their limits with the network's equations solved) and left 525 of the 3,072 steps unsolved; with GMRES
-    on the switched block 277 (full Newton: 141)."""
+    on the switched block 279 (8 steps an iteration) or 301 (6, `Q_SWEEPS`; full Newton: 141)."""
     from evogrid.rollout import make_random_rollout
 
     env, params = make("tso-case118-ac")

@@ -454,3 +454,23 @@ def test_newton_derivative_with_respect_to_the_set_points(limits):
     assert np.abs(jac[:, ref]).max() > 0.05   # the reference bus's set-point moves the load buses
     limited = np.abs(jac[held, np.arange(held.size)]) < 1e-9   # a unit whose |V| its set-point does not hold
     assert limited.any() == bool(limits)
+
+
+@pytest.mark.parametrize("breakdown", [None, pytest.param(0.0, marks=pytest.mark.xfail(strict=True, reason="without it"))])
+def test_ac_steps_solve_with_the_chips_rounding(breakdown, monkeypatch):
+    """tso-case14-ac under random actions (32 envs x 48 steps, seeded) with the chord's corrections rounded as a
+    TPU's one bfloat16 pass rounds them: the same steps solved and the same returns (1e-4) as with exact products.
+    GMRES on the switched block took the products' rounding, once its Krylov space held the block, for a new
+    direction (`GMRES_BREAKDOWN`); on the chip 23 of 320 cost sums flipped against the host, returns 7.6e-2 apart."""
+    from evogrid.envs import make
+    from evogrid.rollout import make_random_rollout
+
+    if breakdown is not None:
+        monkeypatch.setattr(ph.ac, "GMRES_BREAKDOWN", breakdown)
+    env, params = make("tso-case14-ac")
+    exact = make_random_rollout(env, params, 32, 48)(jax.random.key(0))
+    monkeypatch.setattr(ph.ac, "_correction", _bfloat16_correction)
+    rounded = make_random_rollout(env, params, 32, 48)(jax.random.key(0))
+    (reward, _, _, info), (reward_r, _, _, info_r) = jax.device_get((exact, rounded))
+    assert np.all(info["converged"] > 0.5) and np.all(info_r["converged"] > 0.5)
+    np.testing.assert_allclose(reward_r.sum(-1), reward.sum(-1), rtol=1e-4)
