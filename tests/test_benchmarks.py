@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from evogrid.physics import ac as ph_ac
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -34,6 +36,25 @@ def test_accelerator_benchmark_smoke_runs_on_cpu():
     row = re.search(r"\| tso-case5 \| ([\d,]+) \| ([\d,]+) \| ([\d,]+) \|", out.stdout)
     pop, per_1000, envs = (int(g.replace(",", "")) for g in row.groups())
     assert 0 < pop * per_1000 / 1000 <= 2048 and pop % 2 == 0 and envs > 0
+
+
+@pytest.mark.slow
+def test_ac_solver_benchmark_smoke_runs_on_cpu():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ac_solver.py"), "--smoke", "--repeats", "1",
+                          "--tasks", "tso-case14-ac", "--variants", "mr:8,bad"], capture_output=True, text=True,
+                         timeout=600, cwd=ROOT)
+    assert out.returncode != 0 and "variant 'bad': write gmres:K or mr:K" in out.stderr, out.stderr[-2000:]
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ac_solver.py"), "--smoke", "--repeats", "1",
+                          "--tasks", "tso-case14-ac", "--variants", "mr:8"], capture_output=True, text=True,
+                         timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "exact vs chip-rounded products (CPU stand-in)" in out.stdout
+    rows = {m[0]: m[1:] for m in re.findall(r"^\| tso-case14-ac \| (\w+:\d+) \| 16 \| [\d,]+ \| ([\d.]+) \| [\d.]+ "
+                                             r"\| (\d+) / 192 \| ([\d.e+-]+) \| (\d+) / \d+ \|$", out.stdout, re.M)}
+    assert set(rows) == {f"gmres:{ph_ac.Q_SWEEPS}", "mr:8"}, out.stdout   # the library's own first, at ratio 1
+    assert rows[f"gmres:{ph_ac.Q_SWEEPS}"][0] == "1.00"
+    for _, miss, rel, flips in rows.values():   # every step solved, the chip's rounding moves no return by 1e-4
+        assert miss == "0" and float(rel) < 1e-4 and flips == "0", out.stdout
 
 
 @pytest.mark.slow
