@@ -9,7 +9,7 @@ power-flow solution; and the returns' agreement with the host CPU.
 Variants (`--variants`, comma-separated): gmres:K (K GMRES steps an iteration, `physics.ac._gmres_step`) and mr:K
 (K minimal-residual steps, `_mr_step`, the solver before GMRES); `physics.ac.Q_SWEEPS` is K. The derivative's
 iterations keep the minimal-residual steps either way.
-Agreement: on an accelerator, the device against the host CPU with the same keys (`accelerator.agreement`); on a
+Agreement: on an accelerator, the device against the host CPU with the same keys (`accelerator.differences`); on a
 CPU, the exact products against the products rounded as a TPU's one bfloat16 pass rounds them (both operands to
 bfloat16, the CPU's stand-in for the chip: how GMRES's breakdown on that rounding was found).
 """
@@ -21,7 +21,7 @@ import contextlib
 import jax
 import jax.numpy as jnp
 import numpy as np
-from accelerator import ZERO_COST, agreement, build_rollout, device_line, env_rate, task_env
+from accelerator import build_rollout, device_line, differences, env_rate, on_host, task_env
 
 from evogrid.physics import ac
 
@@ -52,27 +52,25 @@ def _chip_rounded(matrix, x):
     return jnp.matmul(r(matrix), r(x), precision=jax.lax.Precision.HIGHEST)
 
 
-def stand_in_agreement(task: str, n_envs: int) -> tuple[float, int, int]:
-    """(max relative return difference, cost sums flipped, compared) of the exact products against the chip-rounded."""
+def checks(task: str, n_envs: int, stand_in: bool) -> tuple[int, int, float, int, int]:
+    """(steps without a power-flow solution, steps) of the rollout of `n_envs` envs on the default device, and
+    `accelerator.differences` of its returns against the host CPU's; with `stand_in` (on a CPU) the rollout with
+    the chip-rounded products against it instead."""
     env, params = task_env(task, False)
-    exact = jax.device_get(build_rollout(env, params, n_envs)(jax.random.key(1), params))
-    saved = ac._correction
-    ac._correction = _chip_rounded
-    try:
-        rounded = jax.device_get(build_rollout(env, params, n_envs)(jax.random.key(1), params))
-    finally:
-        ac._correction = saved
-    ret, ret_r = (x[1].sum(1).astype(np.float64) for x in (exact, rounded))
-    on, on_r = (x[2].sum(1) > ZERO_COST for x in (exact, rounded))
-    return float(np.max(np.abs(ret_r - ret) / np.maximum(np.abs(ret), 1e-12))), int(np.sum(on != on_r)), int(on.size)
-
-
-def unsolved(task: str, n_envs: int) -> tuple[int, int]:
-    """(steps without a power-flow solution, steps) of the agreement's rollout on the default device."""
-    env, params = task_env(task, False)
-    costs = jax.device_get(build_rollout(env, params, n_envs)(jax.random.key(1), params))[2]
-    channel = list(env.constraint_names(params)).index("ac_diverged")
-    return int(np.sum(costs[..., channel] > 0.5)), int(costs[..., channel].size)
+    run, key = build_rollout(env, params, n_envs), jax.random.key(1)
+    here = jax.device_get(run(key, params))
+    if not stand_in:
+        rel, flips, sums, _ = differences(here, on_host(run, key, params))
+    else:
+        saved = ac._correction
+        ac._correction = _chip_rounded
+        try:   # a new jit: the cache of `run` would serve the exact products' trace
+            rounded = jax.device_get(build_rollout(env, params, n_envs)(key, params))
+        finally:
+            ac._correction = saved
+        rel, flips, sums, _ = differences(rounded, here)
+    diverged = here[2][..., list(env.constraint_names(params)).index("ac_diverged")]
+    return int(np.sum(diverged > 0.5)), int(diverged.size), rel, flips, sums
 
 
 def main(argv=None):
@@ -100,8 +98,7 @@ def main(argv=None):
             for kind, steps in variants:
                 with solving(kind, steps):
                     rate, compile_s = env_rate(task, False, n, args.repeats)
-                    miss, total = unsolved(task, n_agree)
-                    rel, flips, sums = stand_in_agreement(task, n_agree) if on_cpu else agreement(task, False, n_agree)[:3]
+                    miss, total, rel, flips, sums = checks(task, n_agree, on_cpu)
                 base = base or rate
                 print(f"| {task} | {kind}:{steps} | {n:,} | {rate:,.0f} | {rate / base:.2f} | {compile_s:.1f} | "
                       f"{miss} / {total} | {rel:.1e} | {flips} / {sums} |", flush=True)

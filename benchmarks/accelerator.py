@@ -131,16 +131,25 @@ def env_rate(task: str, layer: bool, n_envs: int, repeats: int, block: int | Non
 
 
 def agreement(task: str, layer: bool, n_envs: int) -> tuple[float, int, int, str]:
-    """(max relative return difference, cost sums flipped, cost sums compared, the first step whose reward
-    differs by more than 1e-5 relative and that step's largest difference) of the default device against the
-    host CPU, same keys and params."""
+    """`differences` of the default device's rollout against the host CPU's, same keys and params."""
     env, params = task_env(task, layer)
     run = build_rollout(env, params, n_envs)
     key = jax.random.key(1)
-    _, reward, costs, _ = jax.device_get(run(key, params))
+    return differences(jax.device_get(run(key, params)), on_host(run, key, params))
+
+
+def on_host(run, key, params):
+    """`run(key, params)`'s outputs computed on the host CPU (NumPy arrays)."""
     cpu = jax.devices("cpu")[0]
     with jax.default_device(cpu):
-        _, reward_h, costs_h, _ = jax.device_get(run(jax.device_put(key, cpu), jax.device_put(params, cpu)))
+        return jax.device_get(run(jax.device_put(key, cpu), jax.device_put(params, cpu)))
+
+
+def differences(out, reference) -> tuple[float, int, int, str]:
+    """(max relative return difference, cost sums flipped, cost sums compared, the first step whose reward
+    differs by more than 1e-5 relative and that step's largest difference) of a rollout's outputs (obs, reward,
+    costs, done) against a reference's."""
+    (_, reward, costs, _), (_, reward_h, costs_h, _) = out, reference
     ret, ret_h = reward.sum(1).astype(np.float64), reward_h.sum(1).astype(np.float64)
     rel = float(np.max(np.abs(ret - ret_h) / np.maximum(np.abs(ret_h), 1e-12)))
     on, on_h = costs.sum(1) > ZERO_COST, costs_h.sum(1) > ZERO_COST
